@@ -1,0 +1,25 @@
+# Two entry points (README "Quick start"): `make run` and `make test`.  Both create and reuse .venv.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of torch keeps the local default light; GPU users install their CUDA torch first.
+TORCH_SPEC ?= torch==2.13.0
+CONFIG ?= configs/local.yaml
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+.PHONY: install run test test-all
+install: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(VENV)/bin/rl-kernels bench --config $(CONFIG) --seeds --out runs/local/bench.jsonl
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+test-all: $(VENV)/.installed
+	$(PY) -m pytest -q --runslow

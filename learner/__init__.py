@@ -1,0 +1,1 @@
+"""GRPO loss, LoRA trainer (PEFT + DeepSpeed), learner actor and checkpoints: issue 4."""

@@ -1,0 +1,194 @@
+"""`rl-kernels` command line: eval | tasks | bench (train/rollout/report arrive with the RL loop).
+
+Every subcommand takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`) and
+`--dry-run`, which prints the resolved config and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from rl_kernels.config import Config, ConfigError, dump_config, load_config
+from rl_kernels.types import Measurement, Task
+
+CANDIDATE_SUFFIXES = (".py", ".cu", ".cpp", ".cc")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML config file (defaults: built-in defaults)")
+    p.add_argument("--backend", choices=["cpu", "cuda"], help="shortcut for eval.backend=...")
+    p.add_argument("--mode", choices=["kernel", "offline", "server"], help="shortcut for eval.timing.mode=...")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.timing.samples=50")
+
+
+def _resolve(args: argparse.Namespace) -> Config:
+    overrides = list(args.overrides)
+    if args.backend:
+        overrides.append(f"eval.backend={args.backend}")
+    if args.mode:
+        overrides.append(f"eval.timing.mode={args.mode}")
+    return load_config(args.config, overrides)
+
+
+def _measurement_line(m: Measurement) -> str:
+    if m.rejected:
+        return f"{m.task}: REJECTED ({m.rejected}) {m.detail.splitlines()[0] if m.detail else ''}"
+    return (f"{m.task}: correct, candidate {m.candidate_ms:.4f} ms vs {m.baseline} {m.baseline_ms:.4f} ms "
+            f"-> speedup {m.speedup:.3f}x (noise {m.noise:.3f}), reward {m.reward:.3f}")
+
+
+def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
+    from rl_kernels.evaluation.evaluator import Evaluator
+    from rl_kernels.tasks import get_task
+
+    source_path = Path(args.candidate)
+    if not source_path.is_file():
+        raise ConfigError(f"candidate file {source_path} does not exist")
+    task = get_task(args.task)
+    m = Evaluator(cfg.eval).evaluate(task, source_path.read_text())
+    if args.json:
+        print(json.dumps(m.to_json()))
+    else:
+        print(_measurement_line(m))
+        if m.rejected and m.detail:
+            print(m.detail[-3000:])
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace, cfg: Config) -> int:
+    from rl_kernels.tasks import list_suites, load_suite
+
+    suites = [args.suite] if args.suite else list_suites()
+    for suite in suites:
+        tasks = load_suite(suite)
+        print(f"# {suite}: {len(tasks)} tasks")
+        for t in tasks[: args.limit] if args.limit else tasks:
+            print(f"{t.id}\t{t.kind}\t{t.description}")
+    return 0
+
+
+def match_candidates(tasks: list[Task], directory: Path) -> tuple[list[tuple[Task, Path]], list[Path]]:
+    """Pair candidate files with tasks by the last part(s) of the task id (`softmax.py`, `1024_1024_1024.cu`)."""
+    by_key: dict[str, Task] = {}
+    for t in tasks:
+        parts = t.id.split("/")
+        for i in range(len(parts)):
+            by_key.setdefault("/".join(parts[i:]), t)
+    pairs, unmatched = [], []
+    for f in sorted(p for p in directory.rglob("*") if p.suffix in CANDIDATE_SUFFIXES and p.is_file()):
+        rel = f.relative_to(directory).with_suffix("").as_posix()
+        task = by_key.get(rel) or by_key.get(f.stem)
+        if task is None:
+            unmatched.append(f)
+        else:
+            pairs.append((task, f))
+    return pairs, unmatched
+
+
+def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
+    from tqdm import tqdm
+
+    from rl_kernels.evaluation.evaluator import Evaluator, summarize
+    from rl_kernels.tasks import load_suite
+
+    suite = args.suite or cfg.suite
+    tasks = load_suite(suite)
+    if args.seeds:
+        pairs = [(t, None) for t in tasks if cfg.eval.backend in t.seeds]
+        unmatched: list[Path] = []
+    else:
+        if not args.candidates:
+            raise ConfigError("bench needs --candidates DIR (one kernel file per task) or --seeds")
+        directory = Path(args.candidates)
+        if not directory.is_dir():
+            raise ConfigError(f"--candidates {directory} is not a directory")
+        pairs, unmatched = match_candidates(tasks, directory)
+        if not pairs:
+            raise ConfigError(f"no file in {directory} matches a task of suite {suite!r}")
+    if args.limit:
+        pairs = pairs[: args.limit]
+    evaluator = Evaluator(cfg.eval)
+    out = Path(args.out) if args.out else None
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    results: list[Measurement] = []
+    bar = tqdm(pairs, desc=f"bench {suite}", unit="task", file=sys.stderr)
+    for task, path in bar:
+        source = task.seeds[cfg.eval.backend] if path is None else path.read_text()
+        m = evaluator.evaluate(task, source)
+        results.append(m)
+        best = max((r.speedup or 0) for r in results if r.correct) if any(r.correct for r in results) else 0
+        bar.set_postfix(correct=sum(r.correct for r in results), best=f"{best:.2f}x")
+        if out:
+            with out.open("a") as f:
+                f.write(json.dumps(m.to_json()) + "\n")
+    print(_table(results))
+    summary = summarize(results)
+    print(_summary_line(summary))
+    for f in unmatched:
+        print(f"note: {f} matches no task of {suite}", file=sys.stderr)
+    return 0
+
+
+def _table(results: list[Measurement]) -> str:
+    rows = [("task", "result", "candidate ms", "baseline", "baseline ms", "speedup", "reward")]
+    for m in results:
+        rows.append((m.task, m.rejected or "correct",
+                     f"{m.candidate_ms:.4f}" if m.candidate_ms else "-", m.baseline or "-",
+                     f"{m.baseline_ms:.4f}" if m.baseline_ms else "-",
+                     f"{m.speedup:.3f}" if m.speedup else "-", f"{m.reward:.3f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
+
+
+def _summary_line(s: dict[str, Any]) -> str:
+    geo = f"{s['geomean_speedup']:.3f}x" if s["geomean_speedup"] else "-"
+    med = f"{s['median_speedup']:.3f}x" if s["median_speedup"] else "-"
+    return (f"summary: {s['correct']}/{s['tasks']} correct ({s['compiled']} compiled), geomean {geo}, "
+            f"median {med}, fast_1.0 {s['fast_1.0']:.2f}, fast_1.2 {s['fast_1.2']:.2f}, rejected {s['rejected']}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rl-kernels", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("eval", help="compile, check and time one candidate kernel")
+    p.add_argument("--task", required=True, help="task id (builtin/softmax, hgemm/fp32/4096_4096_4096) or task file")
+    p.add_argument("--candidate", required=True, help="candidate file (.py module candidate or .cu/.cpp hgemm kernel)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _common(p)
+    p = sub.add_parser("tasks", help="list task suites")
+    p.add_argument("action", choices=["list"])
+    p.add_argument("--suite", help="builtin, hgemm, hgemm/fp16, hgemm/fp32 or a KernelBench directory")
+    p.add_argument("--limit", type=int, default=0)
+    _common(p)
+    p = sub.add_parser("bench", help="evaluate a directory of kernels, one per task, and summarise")
+    p.add_argument("--suite", help="suite to match candidates against (default: config suite)")
+    p.add_argument("--candidates", help="directory of candidate files named after the tasks")
+    p.add_argument("--seeds", action="store_true", help="evaluate the suite's own seed solutions instead")
+    p.add_argument("--limit", type=int, default=0, help="evaluate at most this many candidates")
+    p.add_argument("--out", help="append one JSON line per measurement to this file")
+    _common(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = _resolve(args)
+        if args.dry_run:
+            print(dump_config(cfg), end="")
+            return 0
+        handler = {"eval": cmd_eval, "tasks": cmd_tasks, "bench": cmd_bench}[args.command]
+        return handler(args, cfg)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

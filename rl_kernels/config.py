@@ -1,0 +1,228 @@
+"""Typed run configuration: YAML file + dotted command-line overrides, validated before anything runs.
+
+Every number a user might tune lives here, so that a run is fully described by its resolved config
+(printed by ``--dry-run`` and saved in the run directory).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Backend = Literal["cpu", "cuda"]
+TimingMode = Literal["kernel", "offline", "server"]
+
+
+class _Strict(BaseModel):
+    """Base for config sections: unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def default_cache_dir() -> Path:
+    """Where builds are cached unless the config says otherwise (shared by all runs of a user)."""
+    return Path(os.environ.get("RL_KERNELS_CACHE", Path.home() / ".cache" / "rl_kernels"))
+
+
+class BuildConfig(_Strict):
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+    cuda_archs: list[str] = Field(default_factory=lambda: ["sm_90a"])
+    nvcc: str = "nvcc"
+    cxx: str = "c++"
+    cxx_flags: list[str] = Field(default_factory=lambda: ["-O3", "-std=c++17", "-fPIC"])
+    cpu_arch_flags: list[str] = Field(default_factory=lambda: ["-march=native"])
+    nvcc_flags: list[str] = Field(
+        default_factory=lambda: [
+            "-O3",
+            "-std=c++17",
+            "--expt-relaxed-constexpr",
+            "--expt-extended-lambda",
+            "-U__CUDA_NO_HALF_OPERATORS__",
+            "-U__CUDA_NO_HALF_CONVERSIONS__",
+            "-U__CUDA_NO_HALF2_OPERATORS__",
+            "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+        ]
+    )
+    timeout_s: float = Field(300.0, gt=0)
+    log_max_chars: int = Field(20000, gt=0)
+
+    @field_validator("cuda_archs")
+    @classmethod
+    def _archs(cls, v: list[str]) -> list[str]:
+        for arch in v:
+            if not arch.startswith("sm_") or not arch[3:5].isdigit():
+                raise ValueError(f"cuda arch {arch!r} must look like sm_80, sm_90a, sm_100a")
+        if not v:
+            raise ValueError("at least one cuda arch is needed")
+        return v
+
+
+class SandboxConfig(_Strict):
+    timeout_s: float = Field(180.0, gt=0)
+    memory_limit_mb: int = Field(16384, gt=0)
+    scratch_root: Path | None = None
+    keep_scratch: bool = False
+
+
+class CorrectnessConfig(_Strict):
+    num_input_sets: int = Field(5, ge=5)
+    distributions: list[Literal["normal", "uniform", "heavy_tailed", "mixed_sign"]] = Field(
+        default_factory=lambda: ["normal", "uniform", "heavy_tailed", "mixed_sign"]
+    )
+    atol: dict[str, float] = Field(
+        default_factory=lambda: {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+    )
+    rtol: dict[str, float] = Field(
+        default_factory=lambda: {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+    )
+    relnorm: dict[str, float] = Field(
+        default_factory=lambda: {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
+    )
+    # hgemm: fp32-accumulate tasks allow output rounding only; fp16-accumulate tasks also allow
+    # per-add rounding that grows like sqrt(K).  Both are relative-norm bounds.
+    hgemm_fp32_acc_relnorm: float = Field(1.5e-3, gt=0)
+    hgemm_fp16_acc_relnorm_per_sqrt_k: float = Field(4e-4, gt=0)
+    recheck_timed_calls: int = Field(3, ge=1)
+    allowed_torch_ops: list[str] = Field(
+        default_factory=lambda: [
+            "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+            "zeros_like", "new_zeros", "fill_", "zero_", "view", "_unsafe_view", "reshape",
+            "_reshape_alias", "as_strided", "contiguous", "detach", "alias", "size", "stride",
+            "t", "transpose", "permute", "expand", "squeeze", "unsqueeze", "select", "slice",
+            "lift_fresh", "_to_copy", "copy_", "clone", "resize_",
+        ]
+    )
+
+    @model_validator(mode="after")
+    def _tolerances_cover_dtypes(self) -> "CorrectnessConfig":
+        for name in ("atol", "rtol", "relnorm"):
+            missing = {"float32", "float16"} - set(getattr(self, name))
+            if missing:
+                raise ValueError(f"correctness.{name} needs entries for {sorted(missing)}")
+        return self
+
+
+class TimingConfig(_Strict):
+    mode: TimingMode = "kernel"
+    warmup: int = Field(5, ge=0)
+    samples: int = Field(30, ge=30)
+    pool_l2_multiple: float = Field(3.0, ge=1.0)
+    max_pool_sets: int = Field(32, ge=2)
+    max_pool_bytes: int = Field(8 * 1024**3, gt=0)
+    cpu_cache_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    cpu_cores: list[int] | None = None
+    flush_l2: bool = True
+    sync_guard_samples: int = Field(5, ge=1)
+    sync_guard_tolerance_us: float = Field(20.0, ge=0)
+    sync_guard_tolerance_rel: float = Field(0.25, ge=0)
+    server_qps: float = Field(200.0, gt=0)
+    server_max_gap_ms: float = Field(50.0, gt=0)
+    max_seconds: float = Field(60.0, gt=0)
+
+
+class RooflineConfig(_Strict):
+    """Peak rates of the timed device; a measurement beyond them is physically impossible."""
+
+    peak_tflops_fp16: float | None = Field(None, gt=0)
+    peak_tflops_fp32: float | None = Field(None, gt=0)
+    peak_gbps: float | None = Field(None, gt=0)
+    margin: float = Field(0.10, ge=0, lt=1)
+
+
+class RewardConfig(_Strict):
+    fail_reward: float = 0.0
+    correct_base: float = 1.0
+    min_correct_reward: float = Field(0.05, ge=0)
+    log_speedup_clip: float = Field(2.3, gt=0)
+    noise_floor: float = Field(0.03, ge=0)
+    speedup_ceiling: float = Field(10.0, gt=1)
+    remeasure_attempts: int = Field(1, ge=0)
+
+    @model_validator(mode="after")
+    def _ordering(self) -> "RewardConfig":
+        if self.min_correct_reward <= self.fail_reward:
+            raise ValueError("reward.min_correct_reward must exceed reward.fail_reward: a correct "
+                             "kernel must always beat a failing one")
+        return self
+
+
+class BaselineConfig(_Strict):
+    module: list[Literal["eager", "compile"]] = Field(default_factory=lambda: ["eager", "compile"])
+    hgemm: list[Literal["torch_matmul", "cublas", "cublaslt_heuristic", "cublaslt_autotuned"]] = Field(
+        default_factory=lambda: ["torch_matmul", "cublas", "cublaslt_heuristic", "cublaslt_autotuned"]
+    )
+    reward_against: Literal["best", "first"] = "best"
+    cublaslt_workspace_mb: int = Field(32, gt=0)
+    cublaslt_autotune_algos: int = Field(16, gt=0)
+    cache_ttl_s: float = Field(3600.0, gt=0)
+
+
+class EvalConfig(_Strict):
+    backend: Backend = "cpu"
+    build: BuildConfig = Field(default_factory=BuildConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig)
+    timing: TimingConfig = Field(default_factory=TimingConfig)
+    roofline: RooflineConfig = Field(default_factory=RooflineConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    baselines: BaselineConfig = Field(default_factory=BaselineConfig)
+    exclude_degenerate: bool = True
+    allow_torch_rewrites: bool = False
+    shared_device: bool = False
+    seed: int = 0
+
+
+class Config(_Strict):
+    run_dir: Path = Path("runs/default")
+    suite: str = "builtin"
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+
+class ConfigError(ValueError):
+    """A config file or override is wrong; the message names the key and the problem."""
+
+
+def _parse_scalar(text: str) -> Any:
+    """Overrides are YAML scalars/flow collections, so `a.b=[1,2]` and `a.c=true` work."""
+    return yaml.safe_load(text)
+
+
+def apply_override(data: dict[str, Any], dotted: str) -> None:
+    if "=" not in dotted:
+        raise ConfigError(f"override {dotted!r} must look like section.key=value")
+    key, _, raw = dotted.partition("=")
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {dotted!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = _parse_scalar(raw)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        loaded = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {p} must hold a mapping at top level")
+        data = loaded
+    for item in overrides or []:
+        apply_override(data, item)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("invalid config:\n" + "\n".join(lines)) from None
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,1 @@
+"""Evaluation: build, sandboxed run, correctness, timing, guards and reward for candidate kernels."""

@@ -1,0 +1,579 @@
+"""Build step: compile candidates into self-contained, shippable artifacts, never touching a GPU.
+
+- hgemm candidates (CUDA-L2 layout, one TU) are compiled against a small torch *shim*
+  (native/shim) into one `.so` exporting the plain-C `rlk_hgemm` (native/rlk_abi.h).
+- module candidates (KernelBench layout) are run once in a subprocess to capture their load_inline
+  calls (capture.py); the captured extensions are built with torch's own flags into `module.zip`.
+- generic native libraries (e.g. the cuBLAS baseline) are built by `build_native_library`.
+
+Every build goes through a content-addressed cache (see `_cached_build`), so the same source with
+the same flags and toolchain is compiled once per cache directory, even across processes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal
+
+import filelock
+
+from rl_kernels.config import BuildConfig
+from rl_kernels.evaluation import ninja
+from rl_kernels.evaluation.artifact import MANIFEST, generate_inline_sources, sources_digest
+from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.types import Build, Task
+
+BackendName = Literal["cpu", "cuda"]
+
+NATIVE_DIR = Path(__file__).resolve().parent / "native"
+SHIM_DIR = NATIVE_DIR / "shim"
+HGEMM_ARTIFACT = "hgemm.so"
+MODULE_ARTIFACT = "module.zip"
+_BUILD_FORMAT = 1  # bump when the build recipe changes in a way the key does not see
+
+
+# ----------------------------------------------------------------------------------------------
+# toolchain
+
+
+def cutlass_include_dirs() -> list[str]:
+    """CUTLASS / CuTe headers shipped in the nvidia-cutlass wheel (no system CUDA samples needed)."""
+    import cutlass_library
+
+    root = Path(cutlass_library.__file__).resolve().parent / "source"
+    dirs = [root / "include", root / "tools" / "util" / "include"]
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if missing:
+        raise RuntimeError(f"nvidia-cutlass wheel lacks its headers: {missing}")
+    return [str(d) for d in dirs]
+
+
+@functools.lru_cache(maxsize=None)
+def _tool_identity(exe: str) -> str:
+    """`exe --version` output: part of every cache key, so a compiler upgrade rebuilds."""
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        return f"{exe}: not found"
+    return out.stdout + out.stderr
+
+
+@functools.lru_cache(maxsize=None)
+def _native_arch(cxx: str) -> str:
+    """What -march=native means on this host, so hosts with different CPUs never share artifacts."""
+    try:
+        out = subprocess.run([cxx, "-###", "-march=native", "-E", "-x", "c++", os.devnull],
+                             capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        return ""
+    return " ".join(line for line in out.stderr.splitlines() if "-march=" in line)
+
+
+def _toolchain(backend: BackendName, cfg: BuildConfig) -> dict[str, str]:
+    ident = {"cxx": _tool_identity(cfg.cxx)}
+    if backend == "cuda":
+        ident["nvcc"] = _tool_identity(cfg.nvcc)
+    if "-march=native" in cfg.cpu_arch_flags or "-march=native" in cfg.cxx_flags:
+        ident["native_arch"] = _native_arch(cfg.cxx)
+    return ident
+
+
+@functools.lru_cache(maxsize=None)
+def _native_dir_digest() -> str:
+    """Hash of the shim and ABI headers: changing them must invalidate hgemm builds."""
+    h = hashlib.sha256()
+    for path in sorted(NATIVE_DIR.rglob("*.h")):
+        h.update(str(path.relative_to(NATIVE_DIR)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _gencode_flags(archs: list[str]) -> list[str]:
+    """sm_90a -> -gencode arch=compute_90a,code=sm_90a (SASS for exactly the configured GPUs)."""
+    flags: list[str] = []
+    for arch in archs:
+        flags += ["-gencode", f"arch=compute_{arch[3:]},code={arch}"]
+    return flags
+
+
+# ----------------------------------------------------------------------------------------------
+# cache
+
+
+@dataclass
+class _Outcome:
+    ok: bool
+    log: str
+    reason: str | None = None
+
+
+def _key(material: dict) -> str:
+    blob = json.dumps({"format": _BUILD_FORMAT, **material}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _truncate(log: str, limit: int) -> str:
+    """Keeps the head (first errors matter most) and the tail (the final failure line)."""
+    if len(log) <= limit:
+        return log
+    tail = limit // 4
+    cut = len(log) - limit
+    return f"{log[: limit - tail]}\n... [{cut} characters cut] ...\n{log[-tail:]}"
+
+
+def _read_cached(final: Path, key: str, artifact_name: str) -> Build | None:
+    meta_path = final / "meta.json"
+    if not meta_path.is_file():
+        return None
+    meta = json.loads(meta_path.read_text())
+    artifact = (final / artifact_name).read_bytes() if meta["ok"] else None
+    return Build(key=key, ok=meta["ok"], artifact=artifact, artifact_name=artifact_name,
+                 log=(final / "build.log").read_text(), seconds=meta["seconds"], cached=True,
+                 reason=meta["reason"])
+
+
+def _cached_build(key: str, artifact_name: str, cfg: BuildConfig, build: Callable[[Path, Path], _Outcome]) -> Build:
+    """Serves `key` from the cache or runs `build(work_dir, artifact_path)` once, under a file lock.
+
+    The result goes to a temp dir that is renamed into place, so readers never see half a build.
+    Compile errors are cached (the same broken source is not rebuilt); timeouts are not, since
+    they depend on how loaded the machine was.
+    """
+    shard = Path(cfg.cache_dir) / "builds" / key[:2]
+    final = shard / key
+    hit = _read_cached(final, key, artifact_name)
+    if hit is not None:
+        return hit
+    shard.mkdir(parents=True, exist_ok=True)
+    # Waiting on a peer building the same key is bounded by that peer's own timeout.
+    with filelock.FileLock(str(shard / f"{key}.lock"), timeout=cfg.timeout_s * 3 + 600):
+        hit = _read_cached(final, key, artifact_name)
+        if hit is not None:
+            return hit
+        tmp = Path(tempfile.mkdtemp(prefix=f"{key[:16]}.", suffix=".tmp", dir=shard))
+        try:
+            out_dir = tmp / "out"
+            work = tmp / "work"
+            out_dir.mkdir()
+            work.mkdir()
+            t0 = time.monotonic()
+            outcome = build(work, out_dir / artifact_name)
+            seconds = time.monotonic() - t0
+            log = _truncate(outcome.log, cfg.log_max_chars)
+            result = Build(key=key, ok=outcome.ok, artifact_name=artifact_name, log=log, seconds=seconds,
+                           cached=False, reason=outcome.reason)
+            if outcome.ok:
+                result.artifact = (out_dir / artifact_name).read_bytes()
+            if outcome.reason != Reason.COMPILE_TIMEOUT.value:
+                (out_dir / "build.log").write_text(log)
+                meta = {"ok": outcome.ok, "reason": outcome.reason, "seconds": seconds}
+                (out_dir / "meta.json").write_text(json.dumps(meta))
+                os.rename(out_dir, final)
+            return result
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ninja_outcome(res: ninja.ProcResult, cfg: BuildConfig) -> _Outcome:
+    if res.timed_out:
+        return _Outcome(False, res.output + f"\nbuild timed out after {cfg.timeout_s:.0f} s",
+                        Reason.COMPILE_TIMEOUT.value)
+    if res.returncode != 0:
+        return _Outcome(False, res.output, Reason.COMPILE_ERROR.value)
+    return _Outcome(True, res.output)
+
+
+def _malformed(key_material: dict, message: str) -> Build:
+    return Build(key=_key(key_material), ok=False, artifact_name="", log=message, reason=Reason.MALFORMED.value)
+
+
+# ----------------------------------------------------------------------------------------------
+# native libraries (hgemm candidates and baselines)
+
+
+_SOURCE_EXTS = (".cu", ".cpp", ".cc", ".cxx", ".c")
+
+
+def _native_edges(backend: BackendName, cfg: BuildConfig, compile_files: list[str], include_dirs: list[str],
+                  ldflags: list[str], out_path: str) -> list[ninja.Edge]:
+    """Per-file compile edges plus one link edge.  CUDA links through nvcc, which pulls in the
+    static cudart: the artifact then needs only the driver on the GPU host."""
+    incs = [f"-I{d}" for d in include_dirs]
+    host_flags = [*cfg.cxx_flags, *cfg.cpu_arch_flags, "-fopenmp"] if backend == "cpu" else [*cfg.cxx_flags]
+    edges, objects = [], []
+    for src in compile_files:
+        obj = f"{src}.o"
+        if src.endswith(".cu"):
+            cmd = [cfg.nvcc, *cfg.nvcc_flags, *_gencode_flags(cfg.cuda_archs), "-Xcompiler", "-fPIC", *incs,
+                   "-c", src, "-o", obj]
+        else:
+            cmd = [cfg.cxx, *host_flags, "-fPIC", *incs, "-c", src, "-o", obj]
+        edges.append(ninja.Edge([obj], [src], cmd, f"compile {src}"))
+        objects.append(obj)
+    if backend == "cuda":
+        link = [cfg.nvcc, "-shared", *_gencode_flags(cfg.cuda_archs), *objects, "-o", out_path,
+                *ldflags, "-Xlinker", "--no-undefined"]
+    else:
+        link = [cfg.cxx, "-shared", "-fopenmp", *objects, "-o", out_path, *ldflags, "-Wl,--no-undefined"]
+    edges.append(ninja.Edge([out_path], objects, link, f"link {Path(out_path).name}"))
+    return edges
+
+
+def _build_native(work: Path, artifact: Path, files: dict[str, str], compile_files: list[str],
+                  backend: BackendName, cfg: BuildConfig, include_dirs: list[str], ldflags: list[str]) -> _Outcome:
+    for name, text in files.items():
+        (work / name).write_text(text)
+    edges = _native_edges(backend, cfg, compile_files, include_dirs, ldflags, str(artifact))
+    return _ninja_outcome(ninja.run_ninja(work, edges, cfg.timeout_s), cfg)
+
+
+def build_native_library(name: str, sources: dict[str, str], backend: BackendName, cfg: BuildConfig,
+                         include_dirs: list[str] = (), ldflags: list[str] = ()) -> Build:
+    """Builds `<name>.so` from `sources` (file name -> text; headers are written, not compiled)."""
+    include_dirs, ldflags = list(include_dirs), list(ldflags)
+    material = {"kind": "native", "name": name, "backend": backend, "sources": sources,
+                "include_dirs": include_dirs, "ldflags": ldflags, "cfg": _flag_material(backend, cfg),
+                "toolchain": _toolchain(backend, cfg)}
+    bad = [f for f in sources if "/" in f or f.startswith(".")]
+    if bad:
+        return _malformed(material, f"source names must be plain file names, got {bad}")
+    compile_files = sorted(f for f in sources if f.endswith(_SOURCE_EXTS))
+    if not compile_files:
+        return _malformed(material, f"no compilable source among {sorted(sources)}")
+    if backend == "cpu" and any(f.endswith(".cu") for f in compile_files):
+        return Build(key=_key(material), ok=False, log="CUDA sources cannot be built for the cpu backend",
+                     reason=Reason.COMPILE_ERROR.value)
+    artifact_name = f"{name}.so"
+    return _cached_build(_key(material), artifact_name, cfg, lambda work, art: _build_native(
+        work, art, sources, compile_files, backend, cfg, include_dirs, ldflags))
+
+
+def _flag_material(backend: BackendName, cfg: BuildConfig) -> dict:
+    if backend == "cuda":
+        return {"nvcc_flags": cfg.nvcc_flags, "archs": cfg.cuda_archs, "cxx_flags": cfg.cxx_flags}
+    return {"cxx_flags": cfg.cxx_flags, "cpu_arch_flags": cfg.cpu_arch_flags}
+
+
+# ----------------------------------------------------------------------------------------------
+# hgemm candidates
+
+_TENSOR_PARAM = r"\s*(?:const\s+)?(?:::\s*)?(?:torch|at)\s*::\s*Tensor\s*(?:const\s*)?&?\s*(?:[A-Za-z_]\w*)?\s*"
+_ENTRY_RE = re.compile(r"(?<![\w:])void\s+([A-Za-z_]\w*)\s*\(" + ",".join([_TENSOR_PARAM] * 4) + r"\)\s*\{")
+_COMMENT_OR_STRING_RE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
+
+_HGEMM_WRAPPER = """\
+// Generated by rl_kernels: the candidate plus a plain-C entry point (rlk_abi.h).
+#include "{candidate}"
+#include <torch/extension.h>
+#include "rlk_abi.h"
+
+extern "C" __attribute__((visibility("default"))) int rlk_hgemm(
+    const rlk_tensor* a, const rlk_tensor* b, const rlk_tensor* b_col_major, const rlk_tensor* c,
+    char* err, int errlen) {{
+  try {{
+    at::Tensor ta(*a), tb(*b), tbc(*b_col_major), tc(*c);
+    {entry}(ta, tb, tbc, tc);
+    return 0;
+  }} catch (const std::exception& e) {{
+    std::snprintf(err, static_cast<size_t>(errlen), "%s", e.what());
+    return 1;
+  }} catch (...) {{
+    std::snprintf(err, static_cast<size_t>(errlen), "%s", "unknown C++ exception from {entry}");
+    return 2;
+  }}
+}}
+"""
+
+
+def _strip_comments(source: str) -> str:
+    return _COMMENT_OR_STRING_RE.sub(lambda m: m.group(0) if m.group(0).startswith('"') else " ", source)
+
+
+def detect_hgemm_entry(source: str) -> str:
+    """The unique function defined as `void NAME(Tensor, Tensor, Tensor, Tensor)`; ValueError otherwise."""
+    names = sorted(set(_ENTRY_RE.findall(_strip_comments(source))))
+    if not names:
+        raise ValueError("no entry point: expected one function defined as `void NAME(torch::Tensor a, "
+                         "torch::Tensor b, torch::Tensor b_col_major, torch::Tensor c)`")
+    if len(names) > 1:
+        raise ValueError(f"ambiguous entry point: several functions take four tensors and return void: {names}")
+    return names[0]
+
+
+def _build_hgemm(source: str, backend: BackendName, cfg: BuildConfig) -> Build:
+    material = {"kind": "hgemm", "backend": backend, "source": source}
+    try:
+        entry = detect_hgemm_entry(source)
+    except ValueError as exc:
+        return _malformed(material, str(exc))
+    candidate = "candidate.cu" if backend == "cuda" else "candidate.cpp"
+    wrapper_name = "rlk_entry.cu" if backend == "cuda" else "rlk_entry.cpp"
+    wrapper = _HGEMM_WRAPPER.format(candidate=candidate, entry=entry)
+    include_dirs = [str(SHIM_DIR), str(NATIVE_DIR)]
+    material.update(entry=entry, wrapper=wrapper, cfg=_flag_material(backend, cfg), shim=_native_dir_digest(),
+                    toolchain=_toolchain(backend, cfg))
+    if backend == "cuda":
+        include_dirs += cutlass_include_dirs()
+        material["cutlass"] = importlib.metadata.version("nvidia-cutlass")
+    files = {candidate: source, wrapper_name: wrapper}
+    # One TU: the wrapper #includes the candidate, so the entry's exact signature, static-ness or
+    # default arguments never matter for linking.
+    return _cached_build(_key(material), HGEMM_ARTIFACT, cfg, lambda work, art: _build_native(
+        work, art, files, [wrapper_name], backend, cfg, include_dirs, []))
+
+
+# ----------------------------------------------------------------------------------------------
+# module candidates
+
+
+@dataclass
+class _Capture:
+    calls: list[dict] | None
+    error: str = ""
+    reason: str | None = None
+
+
+def _capture(source: str, cfg: BuildConfig) -> _Capture:
+    """Runs the candidate's top level in a GPU-less subprocess and returns its load_inline calls."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    repo_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH", "")) if p)
+    res = ninja.run_in_process_group([sys.executable, "-m", "rl_kernels.evaluation.capture"], cfg.timeout_s,
+                                     env=env, stdin_text=source, separate_stdout=True)
+    if res.timed_out:
+        return _Capture(None, f"candidate top-level code ran past {cfg.timeout_s:.0f} s\n{res.output}",
+                        Reason.COMPILE_TIMEOUT.value)
+    try:
+        result = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        return _Capture(None, f"capture process failed (exit {res.returncode}):\n{res.output}",
+                        Reason.MALFORMED.value)
+    if not result["ok"]:
+        return _Capture(None, result["error"], Reason.MALFORMED.value)
+    return _Capture(result["calls"])
+
+
+def _torch_identity() -> dict[str, str]:
+    import torch
+
+    return {"torch": torch.__version__, "torch_cuda": str(torch.version.cuda), "python": sys.version}
+
+
+def _torch_flags(name: str) -> list[str]:
+    """Macros torch's own extension builder defines (cpp_extension._write_ninja_file_to_build_library).
+
+    No pybind11 ABI macros: torch >= 2.9 leaves the ABI to pybind11 itself (its helper returns []).
+    """
+    import torch
+
+    return [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+
+
+def _torch_includes(with_cuda: bool, cfg: BuildConfig) -> list[str]:
+    from torch.utils import cpp_extension
+
+    dirs = list(cpp_extension.include_paths("cpu"))
+    dirs.append(sysconfig.get_path("include", scheme="posix_prefix"))
+    if with_cuda:
+        dirs.append(str(_cuda_home(cfg) / "include"))
+    flags: list[str] = []
+    for d in dirs:
+        flags += ["-isystem", d]
+    return flags
+
+
+def _cuda_home(cfg: BuildConfig) -> Path:
+    nvcc = shutil.which(cfg.nvcc)
+    if nvcc is None:
+        raise RuntimeError(f"{cfg.nvcc} not found on PATH")
+    return Path(nvcc).resolve().parent.parent
+
+
+def _module_cxx_flags(call: dict, backend: BackendName, cfg: BuildConfig) -> list[str]:
+    """torch's C++ flags, then ours for the cpu backend (where this C++ *is* the timed kernel), then
+    the candidate's, which therefore win."""
+    ours = ["-O3", "-fopenmp", *cfg.cpu_arch_flags] if backend == "cpu" else []
+    user_incs = [f"-I{p}" for p in call["extra_include_paths"]]
+    return [*user_incs, "-fPIC", "-std=c++20", *ours, *call["extra_cflags"]]
+
+
+def _module_nvcc_flags(call: dict, cfg: BuildConfig) -> list[str]:
+    from torch.utils import cpp_extension
+
+    flags = [*cpp_extension.COMMON_NVCC_FLAGS, *_gencode_flags(cfg.cuda_archs), "--compiler-options", "-fPIC",
+             *call["extra_cuda_cflags"]]
+    if not any(f.startswith("-std=") for f in flags):
+        flags.append("-std=c++20")
+    return flags
+
+
+_PCH_HEADER = "rlk_torch_extension_pch.h"
+
+
+def _ensure_pch(flags: list[str], cfg: BuildConfig) -> Path | None:
+    """Precompiled torch/extension.h for these exact flags (built once per cache dir, under a lock).
+
+    `flags` are the translation unit's flags minus -DTORCH_EXTENSION_NAME (which torch headers never
+    read), so one header serves every extension built with the same flags.  Returns the header to
+    `-include`, or None when it cannot be built (the compile then parses torch headers itself:
+    slower, same result).  gcc ignores a .gch whose flags differ, and -Winvalid-pch says so.
+    """
+    material = {"flags": flags, "cxx": _tool_identity(cfg.cxx), **_torch_identity()}
+    pch_dir = Path(cfg.cache_dir) / "pch" / _key(material)[:32]
+    header = pch_dir / _PCH_HEADER
+    gch = pch_dir / f"{_PCH_HEADER}.gch"
+    failed = pch_dir / "failed.log"
+    if gch.is_file():
+        return header
+    if failed.is_file():
+        return None
+    pch_dir.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(str(pch_dir / "lock"), timeout=cfg.timeout_s * 3 + 600):
+        if gch.is_file():
+            return header
+        if failed.is_file():
+            return None
+        header.write_text("#include <torch/extension.h>\n")
+        tmp = pch_dir / f"{_PCH_HEADER}.gch.tmp{os.getpid()}"
+        cmd = [cfg.cxx, *flags, "-x", "c++-header", str(header), "-o", str(tmp)]
+        res = ninja.run_in_process_group(cmd, cfg.timeout_s)
+        if res.returncode != 0 or res.timed_out:
+            tmp.unlink(missing_ok=True)
+            if not res.timed_out:
+                failed.write_text(res.output)
+            return None
+        os.rename(tmp, gch)
+    return header
+
+
+def _pch_flags(call: dict, backend: BackendName, cfg: BuildConfig) -> list[str]:
+    """Exactly the flags main.cpp is compiled with, except the per-extension name."""
+    macros = [f for f in _torch_flags(call["name"]) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    return [*macros, *_torch_includes(False, cfg), *_module_cxx_flags(call, backend, cfg)]
+
+
+def _module_edges(call: dict, files: dict[str, str], backend: BackendName, cfg: BuildConfig,
+                  pch: Path | None, link: bool) -> tuple[list[ninja.Edge], list[str]]:
+    name = call["name"]
+    with_cuda = "cuda.cu" in files
+    common = [*_torch_flags(name), *_torch_includes(with_cuda, cfg)]
+    cxx_flags = _module_cxx_flags(call, backend, cfg)
+    pch_flags = ["-Winvalid-pch", "-include", str(pch)] if pch is not None else []
+    edges = [ninja.Edge([f"{name}/main.o"], [f"{name}/main.cpp"],
+                        [cfg.cxx, *common, *cxx_flags, *pch_flags, "-c", f"{name}/main.cpp", "-o", f"{name}/main.o"],
+                        f"compile {name}/main.cpp")]
+    objects = [f"{name}/main.o"]
+    if with_cuda:
+        user_incs = [f"-I{p}" for p in call["extra_include_paths"]]
+        edges.append(ninja.Edge([f"{name}/cuda.cuda.o"], [f"{name}/cuda.cu"],
+                                [cfg.nvcc, *common, *user_incs, *_module_nvcc_flags(call, cfg), "-c",
+                                 f"{name}/cuda.cu", "-o", f"{name}/cuda.cuda.o"], f"compile {name}/cuda.cu"))
+        objects.append(f"{name}/cuda.cuda.o")
+    if not link:
+        return edges, objects
+    from torch.utils import cpp_extension
+
+    libs = [f"-L{cpp_extension.TORCH_LIB_PATH}", "-lc10"]
+    libs += ["-lc10_cuda"] if with_cuda else []
+    libs += ["-ltorch_cpu"] + (["-ltorch_cuda"] if with_cuda else []) + ["-ltorch", "-ltorch_python"]
+    libs += [f"-L{_cuda_home(cfg) / 'lib64'}", "-lcudart"] if with_cuda else []
+    omp = ["-fopenmp"] if backend == "cpu" else []
+    edges.append(ninja.Edge([f"{name}.so"], objects,
+                            [cfg.cxx, *objects, "-shared", *omp, *libs, *call["extra_ldflags"], "-o", f"{name}.so"],
+                            f"link {name}.so"))
+    return edges, [f"{name}.so"]
+
+
+def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backend: BackendName,
+                           cfg: BuildConfig) -> _Outcome:
+    import torch
+
+    can_link = backend == "cpu" or torch.version.cuda is not None
+    edges: list[ninja.Edge] = []
+    manifest: dict[str, dict[str, str]] = {}
+    log_prefix = ""
+    for call in calls:
+        files = _generated_files(call)
+        (work / call["name"]).mkdir()
+        for fname, text in files.items():
+            (work / call["name"] / fname).write_text(text)
+        pch = None
+        if backend == "cpu":
+            pch = _ensure_pch(_pch_flags(call, backend, cfg), cfg)
+            if pch is None:
+                log_prefix += f"note: no precompiled header for {call['name']}; compiling torch headers in full\n"
+        ext_edges, _ = _module_edges(call, files, backend, cfg, pch, link=can_link)
+        edges += ext_edges
+        manifest[call["name"]] = {"file": f"{call['name']}.so", "sha256": sources_digest(files)}
+    outcome = _ninja_outcome(ninja.run_ninja(work, edges, cfg.timeout_s), cfg)
+    outcome.log = log_prefix + outcome.log
+    if not outcome.ok:
+        return outcome
+    if not can_link:
+        return _Outcome(False, outcome.log + f"\nCUDA sources compiled, but cannot be linked: the installed torch "
+                        f"{torch.__version__} is a CPU-only build (no libc10_cuda / libtorch_cuda). Build CUDA "
+                        "modules where torch has CUDA.", Reason.COMPILE_ERROR.value)
+    with zipfile.ZipFile(artifact, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(MANIFEST, json.dumps({"extensions": manifest}, indent=1, sort_keys=True))
+        for name, entry in manifest.items():
+            zf.write(work / entry["file"], entry["file"])
+    return outcome
+
+
+def _generated_files(call: dict) -> dict[str, str]:
+    return generate_inline_sources(call["cpp_sources"], call["cuda_sources"], call["functions"],
+                                   call["with_pytorch_error_handling"], call["no_implicit_headers"])
+
+
+def _build_module(source: str, backend: BackendName, cfg: BuildConfig) -> Build:
+    t0 = time.monotonic()
+    cap = _capture(source, cfg)
+    material: dict = {"kind": "module", "backend": backend, "source": source}
+    if cap.calls is None:
+        return Build(key=_key(material), ok=False, log=_truncate(cap.error, cfg.log_max_chars),
+                     seconds=time.monotonic() - t0, reason=cap.reason)
+    calls: dict[str, dict] = {}
+    for call in cap.calls:
+        if call["name"] in calls and calls[call["name"]] != call:
+            return _malformed(material, f"load_inline called twice with name {call['name']!r} and different sources")
+        calls[call["name"]] = call
+    ordered = [calls[n] for n in sorted(calls)]
+    material = {"kind": "module", "backend": backend, "calls": ordered, "cfg": _flag_material(backend, cfg),
+                "toolchain": _toolchain(backend, cfg), **_torch_identity()}
+    key = _key(material)
+    if backend == "cpu" and any(c["cuda_sources"] or c["with_cuda"] for c in ordered):
+        return Build(key=key, ok=False, log="the cpu backend builds C++ only, but load_inline was given CUDA "
+                     "(cuda_sources or with_cuda=True)", seconds=time.monotonic() - t0,
+                     reason=Reason.COMPILE_ERROR.value)
+    build = _cached_build(key, MODULE_ARTIFACT, cfg, lambda work, art: _build_module_artifact(
+        work, art, ordered, backend, cfg))
+    if not build.cached:
+        build.seconds = time.monotonic() - t0
+    return build
+
+
+# ----------------------------------------------------------------------------------------------
+# public entry point
+
+
+def build_candidate(task: Task, source: str, backend: BackendName, cfg: BuildConfig) -> Build:
+    """Compiles one candidate for `task` into a shippable artifact (cached; never needs a GPU)."""
+    if task.kind == "hgemm":
+        return _build_hgemm(source, backend, cfg)
+    if task.kind == "module":
+        return _build_module(source, backend, cfg)
+    raise ValueError(f"unknown task kind {task.kind!r}")

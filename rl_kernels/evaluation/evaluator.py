@@ -1,0 +1,248 @@
+"""The evaluator: static gate -> build -> sandboxed correctness + interleaved timing -> reward.
+
+`Evaluator.evaluate(task, source)` returns a `Measurement` whatever happens; every failure carries
+a reason code.  Baseline timings are measured once per (task, device, mode), cached on disk to pick
+the strongest baseline, and that baseline is re-measured interleaved with every candidate whose
+speedup is rewarded (same process, same device, same session).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rl_kernels.config import EvalConfig
+from rl_kernels.evaluation import sandbox
+from rl_kernels.evaluation.build import build_candidate
+from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
+from rl_kernels.evaluation.guards import static_check
+from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.evaluation.reward import correct_reward
+from rl_kernels.evaluation.roofline import min_time_ms
+from rl_kernels.evaluation.timing import median, rel_spread
+from rl_kernels.types import Build, Measurement, Task
+
+
+def task_to_json(task: Task) -> dict[str, Any]:
+    return {"id": task.id, "kind": task.kind, "source": task.source,
+            "hgemm": asdict(task.hgemm) if task.hgemm else None, "allow_torch_ops": task.allow_torch_ops}
+
+
+def _task_digest(task: Task) -> str:
+    return hashlib.sha256(json.dumps(task_to_json(task), sort_keys=True).encode()).hexdigest()[:16]
+
+
+class BaselineError(RuntimeError):
+    """No baseline could be measured for a task; the message carries each baseline's error."""
+
+
+class Evaluator:
+    def __init__(self, cfg: EvalConfig):
+        self.cfg = cfg
+        self.device: DeviceIdentity = identify(cfg)
+        self.cache_dir = Path(cfg.build.cache_dir)
+
+    # ---- baselines -----------------------------------------------------------------------------
+    def baseline_names(self, task: Task) -> list[str]:
+        if task.kind == "module":
+            return list(self.cfg.baselines.module)
+        names = [n for n in self.cfg.baselines.hgemm if self.cfg.backend == "cuda" or n == "torch_matmul"]
+        if task.hgemm is not None and task.hgemm.accumulator == "fp16" and self.cfg.backend == "cuda":
+            names = [n for n in names if n != "torch_matmul"]   # torch.matmul accumulates in fp32
+        return names
+
+    def _baseline_cache_path(self, task: Task) -> Path:
+        key = f"{task.id}|{_task_digest(task)}|{self.device.key}|{self.cfg.timing.mode}|{self.cfg.backend}"
+        digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+        return self.cache_dir / "baselines" / f"{digest}.json"
+
+    def baselines(self, task: Task) -> dict[str, Any]:
+        """Median time of every baseline for this task on this device and mode (cached with a TTL)."""
+        path = self._baseline_cache_path(task)
+        if path.is_file():
+            data = json.loads(path.read_text())
+            if time.time() - data["measured_at"] < self.cfg.baselines.cache_ttl_s:
+                return data
+        job = {"job": "baselines", "task": task_to_json(task), "backend": self.cfg.backend,
+               "config": self.cfg.model_dump(mode="json"), "baselines": self.baseline_names(task),
+               "seed": self.cfg.seed}
+        with device_lock(self.device, self.cfg):
+            res = sandbox.run_job(job, None, "", self.cfg.backend, self.cfg.sandbox, self._threads())
+        failure = res.failure()
+        if failure is not None or not res.payload or not res.payload.get("ok"):
+            detail = failure[1] if failure else (res.payload or {}).get("detail", "")
+            raise BaselineError(f"baseline measurement failed for {task.id}: {detail}")
+        samples = res.payload.get("samples_ms", {})
+        if not samples:
+            raise BaselineError(f"no baseline runs for {task.id}: {res.payload.get('baseline_errors')}")
+        data = {"measured_at": time.time(), "device": res.payload["device"],
+                "ms": {n: median(v) for n, v in samples.items()},
+                "spread": {n: rel_spread(v) for n, v in samples.items()},
+                "errors": res.payload.get("baseline_errors", {})}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+        return data
+
+    def best_baseline(self, task: Task) -> tuple[str, dict[str, float]]:
+        data = self.baselines(task)
+        ms = data["ms"]
+        if self.cfg.baselines.reward_against == "first":
+            name = next(n for n in self.baseline_names(task) if n in ms)
+        else:
+            name = min(ms, key=ms.get)
+        return name, ms
+
+    # ---- candidates ----------------------------------------------------------------------------
+    def _threads(self) -> int:
+        cores = self.cfg.timing.cpu_cores
+        return len(cores) if cores else 0
+
+    def build(self, task: Task, source: str) -> Build:
+        return build_candidate(task, source, self.cfg.backend, self.cfg.build)
+
+    def evaluate(self, task: Task, source: str, build: Build | None = None) -> Measurement:
+        t0 = time.monotonic()
+        m = Measurement(task=task.id, backend=self.cfg.backend, mode=self.cfg.timing.mode,
+                        shared_device=self.cfg.shared_device, device=self.device.name)
+        try:
+            self._evaluate(task, source, build, m)
+        finally:
+            m.eval_seconds = time.monotonic() - t0
+        return m
+
+    def _reject(self, m: Measurement, reason: Reason | str, detail: str) -> Measurement:
+        m.rejected = reason.value if isinstance(reason, Reason) else reason
+        m.detail = detail
+        m.reward = self.cfg.reward.fail_reward
+        return m
+
+    def _evaluate(self, task: Task, source: str, build: Build | None, m: Measurement) -> Measurement:
+        if task.kind == "module" and self.cfg.exclude_degenerate:
+            degenerate = self._degenerate(task)
+            if degenerate:
+                return self._reject(m, Reason.DEGENERATE_TASK, degenerate)
+        allow = task.allow_torch_ops or self.cfg.allow_torch_rewrites
+        verdict = static_check(task, source, self.cfg.backend, allow_torch_ops=allow)
+        if verdict.reason is not None:
+            return self._reject(m, verdict.reason, verdict.detail)
+        build = build or self.build(task, source)
+        m.build_seconds, m.build_cached = build.seconds, build.cached
+        if not build.ok:
+            return self._reject(m, build.reason or Reason.COMPILE_ERROR, build.log[-4000:])
+        m.compiled = True
+        try:
+            baseline, all_ms = self.best_baseline(task)
+        except BaselineError as exc:
+            return self._reject(m, Reason.BASELINE_FAILED, str(exc))
+        m.baselines_ms = all_ms
+        m.baseline = baseline
+        payload = self._measure(task, source, build, baseline, m)
+        if payload is None:
+            return m
+        self._score(task, payload, baseline, m)
+        if m.rejected is None and self._suspicious(m, task):
+            for _ in range(self.cfg.reward.remeasure_attempts):
+                payload = self._measure(task, source, build, baseline, m)
+                if payload is None:
+                    return m
+                self._score(task, payload, baseline, m)
+                m.extra["remeasured"] = m.extra.get("remeasured", 0) + 1
+            self._settle_suspicion(m, task)
+        return m
+
+    def _measure(self, task: Task, source: str, build: Build, baseline: str, m: Measurement) -> dict | None:
+        job = {"job": "evaluate", "task": task_to_json(task), "backend": self.cfg.backend,
+               "config": self.cfg.model_dump(mode="json"), "baseline": baseline,
+               "candidate_source": source, "seed": self.cfg.seed}
+        with device_lock(self.device, self.cfg):
+            res = sandbox.run_job(job, build.artifact, build.artifact_name, self.cfg.backend,
+                                  self.cfg.sandbox, self._threads())
+        failure = res.failure()
+        if failure is not None:
+            self._reject(m, failure[0], failure[1])
+            return None
+        assert res.payload is not None
+        if not res.payload.get("ok"):
+            self._reject(m, res.payload["reason"], res.payload.get("detail", ""))
+            return None
+        return res.payload
+
+    def _score(self, task: Task, p: dict[str, Any], baseline: str, m: Measurement) -> None:
+        cand = p["samples_ms"]["candidate"]
+        base = p["samples_ms"][baseline]
+        m.correct = True
+        m.rejected = None
+        m.device = p.get("device", m.device)
+        m.candidate_ms, m.baseline_ms = median(cand), median(base)
+        m.candidate_spread, m.baseline_spread = rel_spread(cand), rel_spread(base)
+        m.samples = len(cand)
+        ratios = [b / c for b, c in zip(base, cand) if c > 0]
+        m.speedup = m.baseline_ms / m.candidate_ms if m.candidate_ms > 0 else float("inf")
+        m.noise = rel_spread(ratios)
+        m.max_abs_err, m.rel_norm_err = p.get("max_abs_err"), p.get("rel_norm_err")
+        m.sm_clock_mhz = p.get("sm_clock_mhz")
+        m.extra.update(pool_sets=p.get("pool_sets"), rechecked=p.get("rechecked"))
+        gaps = p.get("guard_gap_ms") or {}
+        if "candidate" in gaps and baseline in gaps:
+            excess = gaps["candidate"] - gaps[baseline]
+            limit = self.cfg.timing.sync_guard_tolerance_us / 1e3 + self.cfg.timing.sync_guard_tolerance_rel * m.candidate_ms
+            m.extra["sync_guard_excess_ms"] = excess
+            if excess > limit:
+                self._reject(m, Reason.ASYNC_ESCAPE,
+                             f"work finished {excess * 1e3:.1f} us after the timed region ended "
+                             f"(limit {limit * 1e3:.1f} us): side stream or deferred launch")
+                m.correct = False
+                return
+        m.reward = correct_reward(m.speedup, self.cfg.reward)
+
+    def _roofline_ms(self, task: Task, m: Measurement) -> float | None:
+        if task.kind != "hgemm" or task.hgemm is None or self.cfg.timing.mode != "kernel":
+            return None
+        return min_time_ms(task.hgemm.flops, task.hgemm.min_bytes, m.device, self.cfg.roofline)
+
+    def _suspicious(self, m: Measurement, task: Task) -> bool:
+        bound = self._roofline_ms(task, m)
+        too_fast = bound is not None and m.candidate_ms is not None and m.candidate_ms < bound * (1 - self.cfg.roofline.margin)
+        return too_fast or (m.speedup or 0) > self.cfg.reward.speedup_ceiling
+
+    def _settle_suspicion(self, m: Measurement, task: Task) -> None:
+        if m.rejected is not None:
+            return
+        bound = self._roofline_ms(task, m)
+        if bound is not None and m.candidate_ms is not None and m.candidate_ms < bound * (1 - self.cfg.roofline.margin):
+            self._reject(m, Reason.FASTER_THAN_ROOFLINE,
+                         f"{m.candidate_ms:.4f} ms is below the physical bound {bound:.4f} ms for this device")
+            m.correct = False
+            return
+        if (m.speedup or 0) > self.cfg.reward.speedup_ceiling:
+            m.flagged = f"speedup {m.speedup:.2f}x above the ceiling {self.cfg.reward.speedup_ceiling}x after re-measuring"
+
+    def _degenerate(self, task: Task) -> str:
+        from rl_kernels.tasks.hygiene import check_task_hygiene
+
+        report = check_task_hygiene(task, cache_dir=self.cache_dir / "hygiene")
+        return "; ".join(report.reasons) if report.degenerate else ""
+
+
+def summarize(measurements: list[Measurement]) -> dict[str, Any]:
+    """Suite-level numbers for `bench`: correct count, geomean/median speedup, fast_p."""
+    speedups = [m.speedup for m in measurements if m.correct and m.speedup]
+    n = len(measurements)
+    geo = statistics.geometric_mean(speedups) if speedups else None
+    return {
+        "tasks": n,
+        "compiled": sum(m.compiled for m in measurements),
+        "correct": sum(m.correct for m in measurements),
+        "geomean_speedup": geo,
+        "median_speedup": statistics.median(speedups) if speedups else None,
+        "fast_1.0": sum(s > 1.0 for s in speedups) / n if n else 0.0,
+        "fast_1.2": sum(s > 1.2 for s in speedups) / n if n else 0.0,
+        "rejected": {r: sum(m.rejected == r for m in measurements) for r in sorted({m.rejected for m in measurements if m.rejected})},
+    }

@@ -1,0 +1,553 @@
+"""The static gate: reject reward hacks from the source text alone, before any build or GPU time.
+
+hgemm candidates are one C++/CUDA translation unit; module candidates are Python (`ModelNew`)
+whose kernels come from `torch.utils.cpp_extension.load_inline`.  The Python is checked with
+`ast` (imports, dynamic code, monkeypatching, tensor subclasses, streams/graphs, torch compute in
+the timed path) and every native source string it passes to `load_inline` with the C++ scanner in
+`guards_cpp`.  The gate is a fast first line, not the proof: what it cannot see (numerics,
+pointer/value caching through globals, skipped calls, partial or out-of-bounds work, constructs
+hidden behind macros or runtime handles) is the dynamic checks' job, and the test candidates in
+`tests/candidates/hacks/` document which layer catches which hack.
+
+Precision downgrades (`.half()`, `.to(torch.float16)`, fp16 accumulation) are deliberately allowed
+here: whether the result is accurate enough is a numerical question, answered by correctness.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from dataclasses import dataclass
+from typing import Literal
+
+from rl_kernels.evaluation.guards_cpp import (
+    TENSOR_COMPUTE_METHODS,
+    Finding,
+    check_native,
+    first_by_priority,
+    has_custom_kernel,
+    has_hgemm_entry,
+)
+from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.types import Task
+
+Backend = Literal["cpu", "cuda"]
+
+# Modules a candidate may import (exact names; `from X import y` checks X).
+ALLOWED_IMPORTS: frozenset[str] = frozenset(
+    {"torch", "torch.nn", "torch.nn.functional", "torch.utils.cpp_extension", "math", "typing",
+     "__future__"}
+)
+# Forbidden imports that have a more specific reason than `forbidden_import` (top-level package).
+IMPORT_REASONS: dict[str, Reason] = {
+    "threading": Reason.THREAD_SPAWN, "_thread": Reason.THREAD_SPAWN,
+    "concurrent": Reason.THREAD_SPAWN, "asyncio": Reason.THREAD_SPAWN,
+    "subprocess": Reason.PROCESS_SPAWN, "multiprocessing": Reason.PROCESS_SPAWN,
+    "pty": Reason.PROCESS_SPAWN,
+    "socket": Reason.NETWORK_ACCESS, "urllib": Reason.NETWORK_ACCESS, "http": Reason.NETWORK_ACCESS,
+    "requests": Reason.NETWORK_ACCESS, "ftplib": Reason.NETWORK_ACCESS, "ssl": Reason.NETWORK_ACCESS,
+}
+
+# Builtins that execute or introspect code, and the reason a reference to them is rejected with.
+BANNED_BUILTINS: dict[str, Reason] = {
+    "eval": Reason.DYNAMIC_CODE, "exec": Reason.DYNAMIC_CODE, "compile": Reason.DYNAMIC_CODE,
+    "__import__": Reason.DYNAMIC_CODE, "globals": Reason.DYNAMIC_CODE, "locals": Reason.DYNAMIC_CODE,
+    "vars": Reason.DYNAMIC_CODE, "breakpoint": Reason.DYNAMIC_CODE, "__builtins__": Reason.DYNAMIC_CODE,
+    "__loader__": Reason.DYNAMIC_CODE, "__spec__": Reason.DYNAMIC_CODE,
+    "open": Reason.FILE_ACCESS, "input": Reason.FILE_ACCESS,
+}
+ALLOWED_DUNDERS: frozenset[str] = frozenset({"__init__", "__name__", "__main__", "__future__"})
+
+# Torch paths (after resolving import aliases) rejected wherever they appear.  A rule matches the
+# path itself or anything below it.  `None` as reason marks torch-level rewriting tools, rejected
+# as `no_custom_kernel` unless the task allows torch ops.
+TORCH_PATH_RULES: tuple[tuple[str, Reason | None], ...] = (
+    ("torch.cuda.Stream", Reason.SIDE_STREAM), ("torch.cuda.stream", Reason.SIDE_STREAM),
+    ("torch.cuda.streams", Reason.SIDE_STREAM), ("torch.cuda.set_stream", Reason.SIDE_STREAM),
+    ("torch.cuda.ExternalStream", Reason.SIDE_STREAM), ("torch.cuda.StreamContext", Reason.SIDE_STREAM),
+    ("torch.Stream", Reason.SIDE_STREAM), ("torch.cuda.default_stream", Reason.SIDE_STREAM),
+    ("torch.cuda.graph", Reason.CUDA_GRAPH), ("torch.cuda.graphs", Reason.CUDA_GRAPH),
+    ("torch.cuda.CUDAGraph", Reason.CUDA_GRAPH), ("torch.cuda.make_graphed_callables", Reason.CUDA_GRAPH),
+    ("torch.Tensor._make_subclass", Reason.TENSOR_SUBCLASS),
+    ("torch.Tensor._make_wrapper_subclass", Reason.TENSOR_SUBCLASS),
+    ("torch.overrides", Reason.TENSOR_SUBCLASS), ("torch.utils._python_dispatch", Reason.TENSOR_SUBCLASS),
+    ("torch._C._TensorBase", Reason.TENSOR_SUBCLASS), ("torch._C.TensorBase", Reason.TENSOR_SUBCLASS),
+    ("torch.multiprocessing", Reason.PROCESS_SPAWN),
+    ("torch.distributed", Reason.NETWORK_ACCESS), ("torch.hub", Reason.NETWORK_ACCESS),
+    ("torch.load", Reason.FILE_ACCESS), ("torch.save", Reason.FILE_ACCESS),
+    ("torch.from_file", Reason.FILE_ACCESS), ("torch.utils.cpp_extension.load", Reason.FILE_ACCESS),
+    ("torch.ops.load_library", Reason.FILE_ACCESS),
+    ("torch.library", Reason.MONKEYPATCH), ("torch.backends", Reason.MONKEYPATCH),
+    ("torch.manual_seed", Reason.MONKEYPATCH), ("torch.seed", Reason.MONKEYPATCH),
+    ("torch.random", Reason.MONKEYPATCH), ("torch.set_rng_state", Reason.MONKEYPATCH),
+    ("torch.cuda.manual_seed", Reason.MONKEYPATCH), ("torch.cuda.manual_seed_all", Reason.MONKEYPATCH),
+    ("torch.cuda.set_rng_state", Reason.MONKEYPATCH), ("torch.cuda.set_device", Reason.MONKEYPATCH),
+    ("torch.use_deterministic_algorithms", Reason.MONKEYPATCH),
+    ("torch.compile", None), ("torch.jit", None), ("torch._dynamo", None), ("torch._inductor", None),
+    ("torch.export", None), ("torch.fx", None), ("torch.ops", None),
+)
+# Attribute names rejected on any object (catches streams/graphs reached through introspection).
+BANNED_ATTRIBUTES: dict[str, Reason] = {
+    "Stream": Reason.SIDE_STREAM, "ExternalStream": Reason.SIDE_STREAM, "stream": Reason.SIDE_STREAM,
+    "set_stream": Reason.SIDE_STREAM, "StreamContext": Reason.SIDE_STREAM,
+    "CUDAGraph": Reason.CUDA_GRAPH, "graph": Reason.CUDA_GRAPH, "make_graphed_callables": Reason.CUDA_GRAPH,
+    "_make_subclass": Reason.TENSOR_SUBCLASS, "_make_wrapper_subclass": Reason.TENSOR_SUBCLASS,
+    "as_subclass": Reason.TENSOR_SUBCLASS,
+}
+# Torch paths that are not compute: allocation, dtypes/devices, queries, module plumbing.  Any
+# other torch path outside `__init__` is torch compute (`no_custom_kernel` unless allowed).
+TORCH_NON_COMPUTE: frozenset[str] = frozenset(
+    """torch.Tensor torch.Size torch.dtype torch.device torch.float16 torch.half torch.float32
+    torch.float torch.float64 torch.double torch.bfloat16 torch.int8 torch.int16 torch.int32
+    torch.int torch.int64 torch.long torch.uint8 torch.bool torch.empty torch.empty_like
+    torch.empty_strided torch.zeros torch.zeros_like torch.ones torch.ones_like torch.full
+    torch.full_like torch.tensor torch.is_tensor torch.numel torch.no_grad torch.inference_mode
+    torch.is_grad_enabled torch.get_default_dtype torch.finfo torch.iinfo torch.cuda.current_stream
+    torch.cuda.current_device torch.cuda.synchronize torch.cuda.is_available torch.cuda.device_count
+    torch.cuda.get_device_properties torch.cuda.get_device_capability torch.cuda.device
+    torch.cuda.Event    torch.nn.Module torch.nn.Parameter torch.nn.ParameterList torch.nn.ParameterDict torch.nn.Buffer
+    torch.nn.init torch.autograd.Function torch.utils.cpp_extension.load_inline""".split()
+)
+TENSOR_BASES: frozenset[str] = frozenset(
+    {"torch.Tensor", "torch.nn.Parameter", "torch.nn.Buffer", "torch._C.TensorBase", "torch._C._TensorBase"}
+)
+ALLOWED_BASES: frozenset[str] = frozenset({"torch.nn.Module", "torch.autograd.Function", "object"})
+_LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
+_NATIVE_KWARGS = ("cpp_sources", "cuda_sources")  # positional slots 1 and 2 of load_inline
+_BLAS_LIBS = ("cublas", "cudnn", "blas", "mkl", "openblas", "dnnl")
+_BUILTIN_NAMES: frozenset[str] = frozenset(dir(builtins))
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    """Outcome of the static gate; `reason is None` means passed."""
+
+    reason: Reason | None
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+@dataclass(frozen=True)
+class _Native:
+    kind: str      # "cpp_sources" | "cuda_sources"
+    index: int     # position in that argument's list
+    text: str
+    line: int      # Python line of the argument
+
+
+def static_check(task: Task, source: str, backend: Backend, allow_torch_ops: bool = False) -> GuardVerdict:
+    """Run the static gate on one candidate.  The task's own opt-in also allows torch ops."""
+    allow = allow_torch_ops or task.allow_torch_ops
+    if task.kind == "hgemm":
+        findings = _check_hgemm(source, backend, allow)
+    else:
+        findings = _check_module(source, backend, allow)
+    worst = first_by_priority(findings)
+    if worst is None:
+        return GuardVerdict(None, "passed")
+    others = len(findings) - 1
+    return GuardVerdict(worst.reason, worst.describe() + (f" (+{others} more)" if others else ""))
+
+
+def extract_native_sources(source: str) -> list[str]:
+    """The C++/CUDA strings a module candidate passes to load_inline (literal ones only)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    natives, _ = _native_sources(tree, _Aliases(tree))
+    return [n.text for n in natives]
+
+
+def _check_hgemm(source: str, backend: Backend, allow: bool) -> list[Finding]:
+    if not source.strip() or not has_hgemm_entry(source):
+        return [Finding(Reason.MALFORMED, "entry", 1, "source",
+                        "no `void entry(torch::Tensor a, b, b_col_major, c)` function")]
+    findings = check_native(source, "source", allow)
+    if not allow and not has_custom_kernel([source], backend):
+        findings.append(Finding(Reason.NO_CUSTOM_KERNEL, "kernel", 1, "source", _no_kernel_why(backend)))
+    return findings
+
+
+def _no_kernel_why(backend: Backend) -> str:
+    if backend == "cuda":
+        return "no custom kernel: needs a __global__ function and a launch (<<<>>> or cudaLaunchKernel)"
+    return "no custom kernel: needs a loop storing through a raw data_ptr() pointer"
+
+
+def _check_module(source: str, backend: Backend, allow: bool) -> list[Finding]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return [Finding(Reason.MALFORMED, str(exc.msg), exc.lineno or 1, "python", "syntax error")]
+    if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
+        return [Finding(Reason.MALFORMED, "ModelNew", 1, "python", "no top-level class ModelNew")]
+    aliases = _Aliases(tree)
+    checker = _PythonChecker(aliases, allow)
+    checker.visit(tree)
+    findings = checker.findings
+    natives, native_findings = _native_sources(tree, aliases)
+    findings += native_findings
+    for native in natives:
+        where = f"{native.kind}[{native.index}] (python line {native.line})"
+        findings += check_native(native.text, where, allow)
+    if not allow and not has_custom_kernel([n.text for n in natives], backend):
+        where = "load_inline sources" if natives else "python (no load_inline call)"
+        findings.append(Finding(Reason.NO_CUSTOM_KERNEL, "kernel", 1, where, _no_kernel_why(backend)))
+    return findings
+
+
+class _Aliases:
+    """Maps local names to the dotted paths they stand for (imports and `x = torch.cuda` aliases)."""
+
+    def __init__(self, tree: ast.Module):
+        self.names: dict[str, str] = {}
+        self.ext_names: set[str] = set()       # names bound to a load_inline(...) result
+        self.classes: set[str] = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        self.constants: dict[str, object] = {}  # module-level literal constants (for sources)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    self.names[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    self.names[a.asname or a.name] = f"{node.module}.{a.name}"
+        for node in ast.walk(tree):  # second pass: aliases of resolvable paths, ext handles
+            if isinstance(node, ast.Assign):
+                path = self.resolve(node.value)
+                is_ext = (isinstance(node.value, ast.Call) and self.resolve(node.value.func) == _LOAD_INLINE
+                          or _target_name(node.value) in self.ext_names)
+                for target in node.targets:
+                    name = _target_name(target)
+                    if name is None:
+                        continue
+                    if is_ext:
+                        self.ext_names.add(name)
+                    elif path is not None and isinstance(target, ast.Name):
+                        self.names.setdefault(name, path)
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        self.constants[target.id] = node.value.value
+
+    def resolve(self, node: ast.AST) -> str | None:
+        """Dotted path of a Name/Attribute chain rooted at an alias, else None."""
+        if isinstance(node, ast.Name):
+            return self.names.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.resolve(node.value)
+            return f"{base}.{node.attr}" if base else None
+        if isinstance(node, ast.Call) and _is_name(node.func, "getattr") and len(node.args) >= 2:
+            base, name = self.resolve(node.args[0]), node.args[1]
+            if base and isinstance(name, ast.Constant) and isinstance(name.value, str):
+                return f"{base}.{name.value}"
+        return None
+
+    def is_ext(self, node: ast.AST) -> bool:
+        """`ext` or `self.ext` bound to a load_inline result (its functions are the kernels)."""
+        name = _target_name(node)
+        return name is not None and name in self.ext_names
+
+
+def _target_name(node: ast.AST) -> str | None:
+    """`x` -> "x", `self.x` -> "self.x"; anything else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return f"self.{node.attr}"
+    return None
+
+
+def _is_name(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _is_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__") and len(name) > 4
+
+
+def _matches(path: str, rule: str) -> bool:
+    return path == rule or path.startswith(rule + ".")
+
+
+class _PythonChecker(ast.NodeVisitor):
+    """Walks the candidate module; torch compute is checked everywhere except `__init__` bodies."""
+
+    def __init__(self, aliases: _Aliases, allow_torch_ops: bool):
+        self.aliases = aliases
+        self.allow = allow_torch_ops
+        self.findings: list[Finding] = []
+        self.in_init = False
+        self.torch_layers: set[str] = set()  # self.X holding an nn layer or a torch function
+
+    def _add(self, reason: Reason, node: ast.AST, token: str, why: str) -> None:
+        self.findings.append(Finding(reason, token, getattr(node, "lineno", 1), "python", why))
+
+    # imports -----------------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            self._check_import(node, a.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        self._check_import(node, module)
+        for a in node.names:
+            if a.name == "*":
+                self._add(Reason.FORBIDDEN_IMPORT, node, f"from {module} import *", "star import")
+            elif module == "torch.utils.cpp_extension" and a.name != "load_inline":
+                self._add(Reason.FORBIDDEN_IMPORT, node, f"{module}.{a.name}", "only load_inline may be imported")
+            elif module in ALLOWED_IMPORTS:
+                self._check_path(node, f"{module}.{a.name}")
+
+    def _check_import(self, node: ast.AST, module: str) -> None:
+        if module not in ALLOWED_IMPORTS:
+            reason = IMPORT_REASONS.get(module.split(".")[0], Reason.FORBIDDEN_IMPORT)
+            self._add(reason, node, module, "import outside the allowlist")
+
+    # definitions -------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._check_def_name(node, node.name)
+        outer = self.in_init
+        self.in_init = node.name == "__init__"
+        self.generic_visit(node)
+        self.in_init = outer
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def _check_def_name(self, node: ast.AST, name: str) -> None:
+        if name in ("__torch_function__", "__torch_dispatch__"):
+            self._add(Reason.TENSOR_SUBCLASS, node, name, "torch dispatch override")
+        elif _is_dunder(name) and name not in ALLOWED_DUNDERS:
+            self._add(Reason.DYNAMIC_CODE, node, name, "dunder hook definition")
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for base in node.bases:
+            path = self.aliases.resolve(base)
+            if path in TENSOR_BASES:
+                self._add(Reason.TENSOR_SUBCLASS, node, f"class {node.name}({path})", "tensor subclass")
+            elif isinstance(base, ast.Name) and base.id in self.aliases.classes:
+                continue  # a class the candidate defined itself
+            elif path not in ALLOWED_BASES:
+                self._add(Reason.DYNAMIC_CODE, node, f"class {node.name}({ast.unparse(base)})",
+                          "class base outside nn.Module / own classes")
+        for kw in node.keywords:
+            self._add(Reason.DYNAMIC_CODE, node, f"{kw.arg}=", "class keyword (metaclass)")
+        self.generic_visit(node)
+
+    # names and attributes ----------------------------------------------------------------------
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in BANNED_BUILTINS and node.id not in self.aliases.names:
+            self._add(BANNED_BUILTINS[node.id], node, node.id, "banned builtin")
+        elif isinstance(node.ctx, ast.Store) and _is_dunder(node.id) and node.id not in ALLOWED_DUNDERS:
+            reason = Reason.TENSOR_SUBCLASS if "torch" in node.id else Reason.DYNAMIC_CODE
+            self._add(reason, node, node.id, "dunder hook assignment")
+        elif isinstance(node.ctx, ast.Load) and node.id in self.aliases.names:
+            self._check_path(node, self.aliases.names[node.id])
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if _is_dunder(node.attr) and node.attr not in ALLOWED_DUNDERS:
+            self._add(Reason.DYNAMIC_CODE, node, node.attr, "dunder attribute access")
+        if node.attr in BANNED_ATTRIBUTES:
+            self._add(BANNED_ATTRIBUTES[node.attr], node, node.attr, "banned attribute")
+        path = self.aliases.resolve(node)
+        if path is not None:
+            self._check_path(node, path)
+            return  # the chain below is the same path, already judged
+        self.generic_visit(node)
+
+    def _check_path(self, node: ast.AST, path: str) -> None:
+        """Judge one resolved dotted path (torch.*, math.*, ...)."""
+        if not path.startswith("torch"):
+            return
+        for rule, reason in TORCH_PATH_RULES:
+            if _matches(path, rule):
+                if reason is not None:
+                    self._add(reason, node, path, "banned torch API")
+                elif not self.allow:
+                    self._add(Reason.NO_CUSTOM_KERNEL, node, path, "torch-level rewrite instead of a kernel")
+                return
+        if any(p.startswith("_") and not _is_dunder(p) for p in path.split(".")):
+            self._add(Reason.DYNAMIC_CODE, node, path, "private torch API")
+        elif not self.allow and not self.in_init and not self._non_compute(path):
+            self._add(Reason.NO_CUSTOM_KERNEL, node, path, "torch compute instead of a custom kernel")
+
+    @staticmethod
+    def _non_compute(path: str) -> bool:
+        if path in ("torch", "torch.nn", "torch.cuda", "torch.utils", "torch.utils.cpp_extension",
+                    "torch.nn.functional", "torch.autograd"):
+            return True  # a bare module reference (its members are judged where used)
+        return any(_matches(path, ok) for ok in TORCH_NON_COMPUTE)
+
+    # calls, assignments, operators -------------------------------------------------------------
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("getattr", "setattr", "delattr", "hasattr"):
+            self._check_reflection(node, func.id)
+        if _is_name(func, "type") and len(node.args) == 3:
+            self._add(Reason.DYNAMIC_CODE, node, "type(name, bases, dict)", "dynamic class creation")
+        if isinstance(func, ast.Attribute) and not self.allow and not self.in_init:
+            self._check_method(node, func)
+        if self.aliases.resolve(func) == "torch.compile":
+            for kw in node.keywords:
+                if kw.arg == "mode" and isinstance(kw.value, ast.Constant) and kw.value.value != "default":
+                    self._add(Reason.CUDA_GRAPH, node, f"torch.compile(mode={kw.value.value!r})",
+                              "torch.compile modes other than default capture CUDA graphs")
+        self.generic_visit(node)
+
+    def _check_method(self, node: ast.Call, func: ast.Attribute) -> None:
+        receiver = func.value
+        if self.aliases.is_ext(receiver) or self.aliases.resolve(receiver) is not None:
+            return  # the extension's own functions; module functions are judged by path
+        name = _target_name(func)
+        if name is not None and name in self.torch_layers:
+            self._add(Reason.NO_CUSTOM_KERNEL, node, name, "calls a torch layer/function held by the module")
+        elif not _is_name(receiver, "self") and func.attr in TENSOR_COMPUTE_METHODS:
+            self._add(Reason.NO_CUSTOM_KERNEL, node, f".{func.attr}()", "tensor compute method")
+
+    def _check_reflection(self, node: ast.Call, fn: str) -> None:
+        if len(node.args) < 2:
+            return
+        name = node.args[1]
+        path = self.aliases.resolve(node) if fn == "getattr" else None
+        if path is not None:
+            self._check_path(node, path)
+        if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            self._add(Reason.DYNAMIC_CODE, node, f"{fn}(..., <non-literal>)", "reflection with a computed name")
+        elif _is_dunder(name.value):
+            self._add(Reason.DYNAMIC_CODE, node, f"{fn}(..., {name.value!r})", "reflection on a dunder")
+        elif fn in ("setattr", "delattr") and self._foreign_root(node.args[0]):
+            self._add(Reason.MONKEYPATCH, node, f"{fn}({ast.unparse(node.args[0])}, {name.value!r})",
+                      "modifies an object the candidate did not create")
+
+    def _foreign_root(self, node: ast.AST) -> bool:
+        """The Name at the root of an attribute/subscript chain is an import or a builtin."""
+        while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return isinstance(node, ast.Name) and (
+            node.id in self.aliases.names or node.id in _BUILTIN_NAMES
+        )
+
+    def _check_targets(self, targets: list[ast.expr], value: ast.AST | None) -> None:
+        for target in targets:
+            if isinstance(target, (ast.Tuple, ast.List)):
+                self._check_targets(list(target.elts), None)
+            elif isinstance(target, (ast.Attribute, ast.Subscript)) and self._foreign_root(target):
+                self._add(Reason.MONKEYPATCH, target, ast.unparse(target),
+                          "assigns into an object the candidate did not create")
+            name = _target_name(target)
+            if value is not None and name is not None and name.startswith("self."):
+                self._track_layer(name, value)
+
+    def _track_layer(self, name: str, value: ast.AST) -> None:
+        """`self.X = nn.Linear(...)` or `self.X = torch.relu`: calling self.X later is torch compute."""
+        callee = value.func if isinstance(value, ast.Call) else value
+        path = self.aliases.resolve(callee)
+        if path is None or self._non_compute(path):
+            return
+        if isinstance(value, ast.Call) and not path.startswith("torch.nn."):
+            return  # the result of a torch call (a tensor), not a callable
+        self.torch_layers.add(name)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._check_targets(list(node.targets), node.value)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._check_targets([node.target], None)
+        if isinstance(node.op, ast.MatMult) and not self.allow and not self.in_init:
+            self._add(Reason.NO_CUSTOM_KERNEL, node, "@=", "matmul operator")
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._check_targets([node.target], node.value)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        self._check_targets(list(node.targets), None)
+        self.generic_visit(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.MatMult) and not self.allow and not self.in_init:
+            self._add(Reason.NO_CUSTOM_KERNEL, node, "@", "matmul operator")
+        self.generic_visit(node)
+
+
+def _native_sources(tree: ast.Module, aliases: _Aliases) -> tuple[list[_Native], list[Finding]]:
+    """Source strings of every load_inline call, plus findings for non-literal sources/flags."""
+    natives: list[_Native] = []
+    findings: list[Finding] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and aliases.resolve(node.func) == _LOAD_INLINE):
+            continue
+        args: dict[str, ast.expr] = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+        for slot, name in enumerate(_NATIVE_KWARGS, start=1):
+            if len(node.args) > slot:
+                args[name] = node.args[slot]
+        for name in _NATIVE_KWARGS:
+            if name not in args or (isinstance(args[name], ast.Constant) and args[name].value is None):
+                continue
+            texts = _literal_strings(args[name], aliases.constants)
+            if texts is None:
+                findings.append(Finding(Reason.DYNAMIC_CODE, name, node.lineno, "python",
+                                        "load_inline sources must be string literals or module constants"))
+                continue
+            line = getattr(args[name], "lineno", node.lineno)
+            natives += [_Native(name, i, t, line) for i, t in enumerate(texts)]
+        findings += _check_ldflags(node, args.get("extra_ldflags"), aliases.constants)
+        if "build_directory" in args:
+            findings.append(Finding(Reason.FILE_ACCESS, "build_directory", node.lineno, "python",
+                                    "the evaluator chooses where extensions are built"))
+    return natives, findings
+
+
+def _check_ldflags(node: ast.Call, value: ast.expr | None, constants: dict[str, object]) -> list[Finding]:
+    """Linking a BLAS/DNN library is a library kernel; other extra libraries are imports."""
+    if value is None:
+        return []
+    flags = _literal_strings(value, constants)
+    if flags is None:
+        return [Finding(Reason.DYNAMIC_CODE, "extra_ldflags", node.lineno, "python", "non-literal link flags")]
+    found = []
+    for flag in flags:
+        lowered = flag.lower()
+        if any(lib in lowered for lib in _BLAS_LIBS):
+            found.append(Finding(Reason.NO_CUSTOM_KERNEL, flag, node.lineno, "python", "links a BLAS/DNN library"))
+        elif flag not in ("-lcuda", "-lgomp", "-fopenmp"):
+            found.append(Finding(Reason.FORBIDDEN_IMPORT, flag, node.lineno, "python", "links an extra library"))
+    return found
+
+
+def _literal_strings(node: ast.AST, constants: dict[str, object]) -> list[str] | None:
+    """A string / list of strings built from literals and module-level constants, else None."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        parts = [_literal_string(e, constants) for e in node.elts]
+        return None if any(p is None for p in parts) else [p for p in parts if p is not None]
+    one = _literal_string(node, constants)
+    return None if one is None else [one]
+
+
+def _literal_string(node: ast.AST, constants: dict[str, object]) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name) and isinstance(constants.get(node.id), str):
+        return constants[node.id]  # type: ignore[return-value]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _literal_string(node.left, constants), _literal_string(node.right, constants)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+            elif (isinstance(value, ast.FormattedValue) and value.format_spec is None
+                  and isinstance(value.value, ast.Name)
+                  and isinstance(constants.get(value.value.id), (str, int, float))):
+                parts.append(str(constants[value.value.id]))
+            else:
+                return None
+        return "".join(parts)
+    return None

@@ -1,0 +1,63 @@
+"""Fresh input sets drawn from several distributions.
+
+A kernel that is only right for N(0,1) data (or that caches results keyed on input values) must be
+caught, so every correctness check and every timed call gets inputs it has never seen, drawn from
+one of: normal, uniform(-1,1), heavy-tailed (Student-t, 3 dof, clipped so fp16 cannot overflow) and
+mixed-sign (rows with very different scales and signs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DISTRIBUTIONS = ("normal", "uniform", "heavy_tailed", "mixed_sign")
+
+
+def sample_like(t: torch.Tensor, dist: str, gen: torch.Generator) -> torch.Tensor:
+    """A new tensor with t's shape/dtype/device whose floating values follow `dist`.
+
+    Integer and boolean tensors are returned as copies: their values usually encode indices or
+    shapes the task depends on, so they are kept as the task produced them.
+    """
+    if not t.is_floating_point():
+        return t.clone()
+    shape = t.shape
+    if dist == "normal":
+        x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    elif dist == "uniform":
+        x = torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1
+    elif dist == "heavy_tailed":
+        normal = torch.randn(shape, generator=gen, dtype=torch.float64)
+        chi2 = sum(torch.randn(shape, generator=gen, dtype=torch.float64) ** 2 for _ in range(3))
+        x = (normal / torch.sqrt(chi2 / 3 + 1e-12)).clamp_(-30, 30) / 3
+    elif dist == "mixed_sign":
+        x = torch.randn(shape, generator=gen, dtype=torch.float64)
+        if x.dim() >= 1 and x.shape[0] > 0:
+            scale_shape = (shape[0],) + (1,) * (len(shape) - 1)
+            scales = 10 ** (torch.rand(scale_shape, generator=gen, dtype=torch.float64) * 2 - 1)
+            signs = torch.where(torch.rand(scale_shape, generator=gen) < 0.5, -1.0, 1.0).double()
+            x = x.abs() * scales * signs + 0.1 * x
+    else:
+        raise ValueError(f"unknown input distribution {dist!r}; choose from {DISTRIBUTIONS}")
+    return x.to(dtype=t.dtype, device=t.device)
+
+
+def resample_inputs(inputs: list[Any], dist: str, seed: int) -> list[Any]:
+    """Replace every floating tensor in `inputs` by fresh values from `dist` (others unchanged)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [sample_like(x, dist, gen) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def to_device(inputs: list[Any], device: str) -> list[Any]:
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def to_reference_precision(inputs: list[Any]) -> list[Any]:
+    """fp64 copies of floating inputs: the reference is computed in higher precision."""
+    return [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+
+
+def nbytes(inputs: list[Any]) -> int:
+    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))

@@ -1,0 +1,13 @@
+// rl_kernels shim: at::cuda::getCurrentCUDAStream() returns the legacy default stream.
+#pragma once
+#include "c10/cuda/CUDAStream.h"
+
+#ifdef __CUDACC__
+namespace at {
+namespace cuda {
+using c10::cuda::CUDAStream;
+using c10::cuda::getCurrentCUDAStream;
+using c10::cuda::getDefaultCUDAStream;
+}  // namespace cuda
+}  // namespace at
+#endif

@@ -1,0 +1,51 @@
+"""Rejection reason codes.  Every failed gate records exactly one of these (plus a human detail)."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Reason(str, Enum):
+    # answer / static gate (no build, no GPU time)
+    MALFORMED = "malformed"                      # no code, no entry point, syntax error
+    FORBIDDEN_IMPORT = "forbidden_import"
+    DYNAMIC_CODE = "dynamic_code"                # eval/exec/getattr-by-string/__import__ tricks
+    SIDE_STREAM = "side_stream"
+    THREAD_SPAWN = "thread_spawn"
+    PROCESS_SPAWN = "process_spawn"
+    MONKEYPATCH = "monkeypatch"                  # assigning into torch/time/timer objects
+    TENSOR_SUBCLASS = "tensor_subclass"
+    FILE_ACCESS = "file_access"
+    NETWORK_ACCESS = "network_access"
+    CUDA_GRAPH = "cuda_graph"
+    NO_CUSTOM_KERNEL = "no_custom_kernel"        # work done by torch/ATen/cuBLAS instead of own kernel
+    SHAPE_HARDCODED = "shape_hardcoded"
+    # build
+    COMPILE_ERROR = "compile_error"
+    COMPILE_TIMEOUT = "compile_timeout"
+    # run (sandbox)
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    OUT_OF_MEMORY = "out_of_memory"
+    ILLEGAL_MEMORY_ACCESS = "illegal_memory_access"
+    RUNTIME_ERROR = "runtime_error"
+    SANDBOX_VIOLATION = "sandbox_violation"
+    # correctness
+    WRONG_OUTPUT_TYPE = "wrong_output_type"
+    WRONG_SHAPE = "wrong_shape"
+    WRONG_DTYPE = "wrong_dtype"
+    WRONG_DEVICE = "wrong_device"
+    NAN_OUTPUT = "nan_output"
+    INCORRECT = "incorrect"
+    INPUT_MUTATED = "input_mutated"
+    NONDETERMINISTIC = "nondeterministic"
+    TORCH_FALLBACK = "torch_fallback"            # dynamic: ATen compute ops ran during forward
+    STALE_OUTPUT = "stale_output"                # a timed call's output was wrong (caching, skipping)
+    OUT_OF_BOUNDS_WRITE = "out_of_bounds_write"  # guard bytes around outputs changed
+    # timing
+    ASYNC_ESCAPE = "async_escape"                # work escaped the timed region (side stream, deferral)
+    TIMER_PATCHED = "timer_patched"
+    FASTER_THAN_ROOFLINE = "faster_than_roofline"
+    # task
+    DEGENERATE_TASK = "degenerate_task"
+    BASELINE_FAILED = "baseline_failed"

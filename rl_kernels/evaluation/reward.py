@@ -1,0 +1,26 @@
+"""Reward from a measurement (DESIGN.md protocol step 5).
+
+0 (`fail_reward`) when any gate fails.  A correct kernel earns `correct_base` plus its log-speedup,
+counted only beyond the noise floor (so a re-measured copy of the baseline earns exactly the base),
+clipped on both sides, and never below `min_correct_reward`: a slow but correct kernel still beats
+a broken one, which keeps the incentive to stay correct.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rl_kernels.config import RewardConfig
+
+
+def shrink_log_speedup(speedup: float, noise_floor: float) -> float:
+    """ln(speedup) moved towards 0 by ln(1 + floor): gains inside the noise count for nothing."""
+    x = math.log(speedup)
+    band = math.log1p(noise_floor)
+    return math.copysign(max(0.0, abs(x) - band), x)
+
+
+def correct_reward(speedup: float, cfg: RewardConfig) -> float:
+    x = shrink_log_speedup(min(speedup, cfg.speedup_ceiling), cfg.noise_floor)
+    x = max(-cfg.log_speedup_clip, min(cfg.log_speedup_clip, x))
+    return max(cfg.min_correct_reward, cfg.correct_base + x)

@@ -1,0 +1,162 @@
+"""Runs one evaluation job in a fresh, limited subprocess and reads back its verdict.
+
+Isolation (DESIGN.md protocol step 1): own process (so its own CUDA context), own scratch dir as
+cwd/HOME/TMPDIR, scrubbed environment, wall timeout, memory and file-size limits, its own process
+group killed as a whole afterwards (so a forked child or a hung kernel cannot outlive it).  A crash,
+hang, illegal address or OOM costs only this job: the caller simply starts the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rl_kernels.config import SandboxConfig
+from rl_kernels.evaluation.reasons import Reason
+
+_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+             "PYTHONPATH", "CUDA_HOME", "CUDA_PATH", "RL_KERNELS_CACHE", "NCCL_NVLS_ENABLE",
+             "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+
+@dataclass
+class SandboxResult:
+    payload: dict[str, Any] | None
+    returncode: int | None
+    timed_out: bool
+    last_phase: str
+    seconds: float
+    stderr_tail: str = ""
+    leftover_processes: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def failure(self) -> tuple[Reason, str] | None:
+        """The reason this run produced no usable verdict, if it did not."""
+        if self.timed_out:
+            return Reason.TIMEOUT, f"no result within the time limit (phase {self.last_phase})"
+        if self.leftover_processes:
+            return Reason.PROCESS_SPAWN, "the candidate left processes running"
+        if self.payload is None:
+            rc = self.returncode
+            if rc is not None and rc < 0:
+                sig = signal.Signals(-rc).name
+                if -rc == signal.SIGKILL:
+                    return Reason.OUT_OF_MEMORY, f"killed by {sig} in phase {self.last_phase} (memory limit?)"
+                return Reason.CRASH, f"{sig} in phase {self.last_phase}: {self.stderr_tail[-500:]}"
+            return Reason.CRASH, f"exit code {rc} without a result in phase {self.last_phase}: {self.stderr_tail[-800:]}"
+        return None
+
+
+def _limits(memory_mb: int, backend: str) -> Any:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 30, 2 << 30))
+        if backend == "cpu":
+            # CUDA reserves huge virtual ranges, so an address-space cap only works without it.
+            limit = memory_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+def _environment(scratch: Path, threads: int | None) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+    env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1",
+               PYTHONHASHSEED="0", TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"),
+               TRITON_CACHE_DIR=str(scratch / "triton"))
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def _read_lines(fd: int, sink: list[str]) -> None:
+    with os.fdopen(fd, "r") as f:
+        for line in f:
+            sink.append(line)
+
+
+def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, backend: str,
+            cfg: SandboxConfig, threads: int | None = None) -> SandboxResult:
+    scratch = Path(tempfile.mkdtemp(prefix="rlk-eval-", dir=cfg.scratch_root))
+    try:
+        (scratch / "in").mkdir()
+        if artifact is not None:
+            (scratch / "in" / artifact_name).write_bytes(artifact)
+        job = dict(job, artifact_name=artifact_name)
+        job_path = scratch / "job.json"
+        job_path.write_text(json.dumps(job))
+        read_fd, write_fd = os.pipe()
+        lines: list[str] = []
+        reader = threading.Thread(target=_read_lines, args=(read_fd, lines), daemon=True)
+        stderr_path = scratch / "stderr.txt"
+        t0 = time.monotonic()
+        with open(stderr_path, "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "rl_kernels.evaluation.worker", str(job_path), str(write_fd)],
+                cwd=scratch, env=_environment(scratch, threads), stdin=subprocess.DEVNULL,
+                stdout=err, stderr=err, pass_fds=(write_fd,), start_new_session=True,
+                preexec_fn=_limits(cfg.memory_limit_mb, backend),
+            )
+        os.close(write_fd)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=cfg.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        leftover = _kill_group(proc.pid)
+        proc.wait()
+        reader.join(timeout=5)
+        seconds = time.monotonic() - t0
+        payload, phase = _parse(lines)
+        tail = stderr_path.read_text(errors="replace")[-4000:]
+        return SandboxResult(payload, proc.returncode, timed_out, phase, seconds, tail,
+                             leftover and not timed_out)
+    finally:
+        if not cfg.keep_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _kill_group(pgid: int) -> bool:
+    """Kill everything left in the job's process group; True if anything besides the leader was alive."""
+    leftover = False
+    try:
+        for pid_dir in Path("/proc").iterdir():
+            if pid_dir.name.isdigit() and int(pid_dir.name) != pgid:
+                try:
+                    if os.getpgid(int(pid_dir.name)) == pgid:
+                        leftover = True
+                except ProcessLookupError:
+                    continue
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return leftover
+
+
+def _parse(lines: list[str]) -> tuple[dict[str, Any] | None, str]:
+    phase = "start"
+    payload = None
+    for line in lines:
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if msg.get("final"):
+            payload = msg
+        elif "phase" in msg:
+            phase = msg["phase"]
+    return payload, phase

@@ -1,0 +1,169 @@
+"""Interleaved timing of a candidate against a baseline in one process on one device.
+
+Protocol (DESIGN.md, "Evaluation protocol" step 4):
+- `kernel` mode: per sample, outputs poisoned and the L2 (or the CPU caches) flushed *before* the
+  timed region; CUDA events around the call on the current stream; a fresh input set from a
+  rotating pool larger than L2 per call; warm-up excluded.  Calls alternate AB / BA so neither side
+  profits from going first.  A separate *sync guard* re-times a few calls with a device-wide
+  synchronize before the end event: work that escapes the stream (side streams, deferred launches)
+  shows up as a gap between the two that the baseline does not have.  (Timing every sample with
+  the synchronize inside the interval would add ~5-10 us of host latency per call and make small
+  GEMMs unmeasurable; the guard keeps both fidelity and the defence.)
+- `offline` mode (CUDA-L2): back-to-back calls, host wall-clock per call including a device sync.
+- `server` mode (CUDA-L2): like offline, but each call follows an exponentially distributed idle gap
+  at the configured QPS, so clocks and caches cool down as in a serving system.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from rl_kernels.config import TimingConfig
+
+
+@dataclass
+class Side:
+    """One timed function: `run(i)` calls it on pool set i, `prepare(i)` runs before the timed region."""
+
+    run: Callable[[int], Any]
+    prepare: Callable[[int], None] = lambda i: None
+
+
+@dataclass
+class Samples:
+    ms: dict[str, list[float]] = field(default_factory=dict)
+    guard_gap_ms: dict[str, float] = field(default_factory=dict)
+    rechecked: int = 0
+    sm_clock_mhz: float | None = None
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def rel_spread(xs: list[float]) -> float:
+    """Inter-quartile range over the median: the spread we report next to every median."""
+    if len(xs) < 4:
+        return 0.0
+    q = statistics.quantiles(xs, n=4)
+    m = statistics.median(xs)
+    return (q[2] - q[0]) / m if m > 0 else 0.0
+
+
+class Flusher:
+    """Evicts caches between timed calls by writing a buffer larger than the cache."""
+
+    def __init__(self, device: str, nbytes: int):
+        self.buf = torch.empty(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+
+    def __call__(self) -> None:
+        self.buf.fill_(1.0)
+
+
+def sm_clock_mhz() -> float | None:
+    """Current SM clock through NVML when available (recorded with each measurement)."""
+    try:
+        return float(torch.cuda.clock_rate())
+    except (RuntimeError, ModuleNotFoundError, AttributeError):
+        return None
+
+
+class IntervalClock:
+    """Measures one call under the configured mode on the configured device."""
+
+    def __init__(self, device: str, cfg: TimingConfig, flusher: Flusher | None, rng: random.Random):
+        self.cuda = device.startswith("cuda")
+        self.cfg = cfg
+        self.flusher = flusher
+        self.rng = rng
+        self.perf_counter = time.perf_counter
+        if self.cuda:
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
+            self.sync = torch.cuda.synchronize
+
+    def measure(self, side: Side, i: int, *, guard: bool = False) -> tuple[float, Any]:
+        side.prepare(i)
+        mode = self.cfg.mode
+        if mode == "kernel":
+            if self.flusher is not None and self.cfg.flush_l2:
+                self.flusher()
+            if self.cuda:
+                self.sync()
+                self.start.record()
+                out = side.run(i)
+                if guard:
+                    self.sync()
+                self.end.record()
+                self.sync()
+                return self.start.elapsed_time(self.end), out
+            t0 = self.perf_counter()
+            out = side.run(i)
+            return (self.perf_counter() - t0) * 1e3, out
+        if mode == "server":
+            gap = min(self.rng.expovariate(self.cfg.server_qps), self.cfg.server_max_gap_ms / 1e3)
+            time.sleep(gap)
+        if self.cuda:
+            self.sync()
+        t0 = self.perf_counter()
+        out = side.run(i)
+        if self.cuda:
+            self.sync()
+        return (self.perf_counter() - t0) * 1e3, out
+
+
+def interleaved(
+    sides: dict[str, Side],
+    pool_size: int,
+    cfg: TimingConfig,
+    device: str,
+    flusher: Flusher | None,
+    *,
+    recheck_side: str | None = None,
+    recheck: Callable[[int, Any], None] | None = None,
+    recheck_calls: int = 3,
+    seed: int = 0,
+) -> Samples:
+    """Warm up, then take cfg.samples interleaved samples of every side.
+
+    `recheck(i, out)` is called (outside the timed region) for `recheck_calls` randomly chosen timed calls of `recheck_side`: a candidate that caches, skips or defers work on
+    some calls is caught because it cannot know which calls are checked.
+    """
+    rng = random.Random(seed)
+    clock = IntervalClock(device, cfg, flusher, rng)
+    names = list(sides)
+    for w in range(cfg.warmup):
+        for name in names:
+            clock.measure(sides[name], (w + 1) % pool_size)
+    result = Samples(ms={n: [] for n in names})
+    checks = set(rng.sample(range(cfg.samples), k=min(recheck_calls, cfg.samples))) if recheck else set()
+    deadline = time.monotonic() + cfg.max_seconds
+    calls = 0
+    for k in range(cfg.samples):
+        order = names if k % 2 == 0 else names[::-1]
+        for name in order:
+            i = calls % pool_size
+            calls += 1
+            ms, out = clock.measure(sides[name], i)
+            result.ms[name].append(ms)
+            if recheck is not None and name == recheck_side and k in checks:
+                recheck(i, out)
+                result.rechecked += 1
+        if k >= 29 and time.monotonic() > deadline:
+            break
+    if device.startswith("cuda") and cfg.mode == "kernel":
+        result.sm_clock_mhz = sm_clock_mhz()
+        for name in names:
+            gaps = []
+            for g in range(cfg.sync_guard_samples):
+                guarded, _ = clock.measure(sides[name], g % pool_size, guard=True)
+                plain, _ = clock.measure(sides[name], g % pool_size)
+                gaps.append(guarded - plain)
+            result.guard_gap_ms[name] = median(gaps)
+    return result

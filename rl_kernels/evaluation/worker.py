@@ -1,0 +1,316 @@
+"""The evaluation subprocess: `python -m rl_kernels.evaluation.worker JOB.json RESULT_FD`.
+
+One fresh process per evaluation (DESIGN.md protocol step 1).  Everything the candidate could
+tamper with is prepared *before* its code is loaded (reference model, baselines, timer objects,
+audit hook); correctness comes before timing; the timing functions' identities are verified after
+the candidate ran.  Results go back as JSON lines on an inherited pipe: `phase` lines while it
+runs (so a crash can be attributed) and one `final` line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rl_kernels.config import EvalConfig
+from rl_kernels.evaluation import sandbox_policy
+from rl_kernels.evaluation.correctness import Comparison, check_structure, compare_values, snapshot, unchanged
+from rl_kernels.evaluation.inputs import DISTRIBUTIONS
+from rl_kernels.evaluation.problems import HgemmProblem, InputSet, ModuleProblem
+from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.evaluation.timing import Flusher, Side, interleaved
+from rl_kernels.types import HgemmSpec, Task
+
+
+class Rejected(Exception):
+    """A gate failed inside the worker; carries the reason code."""
+
+    def __init__(self, reason: Reason, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def classify_error(exc: BaseException) -> Reason:
+    msg = str(exc).lower()
+    if any(s in msg for s in ("illegal memory access", "misaligned address", "illegal instruction",
+                              "unspecified launch failure", "an illegal", "device-side assert")):
+        return Reason.ILLEGAL_MEMORY_ACCESS
+    if "out of memory" in msg:
+        return Reason.OUT_OF_MEMORY
+    if isinstance(exc, PermissionError) and "sandbox:" in msg:
+        return Reason.SANDBOX_VIOLATION
+    return Reason.RUNTIME_ERROR
+
+
+class Reporter:
+    def __init__(self, fd: int):
+        self.out = os.fdopen(fd, "w", buffering=1)
+        self.violations: sandbox_policy.Violations | None = None
+
+    def phase(self, name: str) -> None:
+        self.out.write(json.dumps({"phase": name}) + "\n")
+
+    def final(self, payload: dict[str, Any]) -> None:
+        payload["final"] = True
+        self.out.write(json.dumps(payload) + "\n")
+        self.out.flush()
+
+
+def task_from_json(d: dict[str, Any]) -> Task:
+    spec = HgemmSpec(**d["hgemm"]) if d.get("hgemm") else None
+    return Task(id=d["id"], kind=d["kind"], source=d.get("source", ""), hgemm=spec,
+                allow_torch_ops=d.get("allow_torch_ops", False))
+
+
+def setup_device(backend: str, cfg: EvalConfig) -> str:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if backend == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("backend cuda requested but no CUDA device is visible")
+        torch.cuda.init()
+        return "cuda"
+    cores = cfg.timing.cpu_cores or sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(len(cores))
+    return "cpu"
+
+
+def pool_size(problem: Any, device: str, cfg: EvalConfig) -> int:
+    """Enough input sets that cycling through them never hits a warm cache."""
+    cache = (torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda"
+             else cfg.timing.cpu_cache_bytes)
+    need = math.ceil(cfg.timing.pool_l2_multiple * cache / max(problem.set_bytes, 1))
+    fit = max(cfg.timing.max_pool_bytes // max(problem.set_bytes, 1), 2)
+    return int(max(2, min(need, fit, cfg.timing.max_pool_sets)))
+
+
+def make_problem(task: Task, device: str, cfg: EvalConfig, seed: int, baselines: list[str]) -> Any:
+    if task.kind == "hgemm":
+        assert task.hgemm is not None
+        problem = HgemmProblem(task.hgemm, device, cfg)
+        if device == "cuda" and any(b.startswith("cublas") for b in baselines):
+            from rl_kernels.evaluation.cublas import load_cublas_baselines
+
+            problem.add_cublas(load_cublas_baselines(cfg))
+        return problem
+    return ModuleProblem(task, device, cfg, seed, with_compile="compile" in baselines)
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def check_outputs(problem: Any, s: InputSet, outs: list[Any], device: str) -> Comparison:
+    structure = check_structure(outs, problem.expected(s))
+    if not structure.ok:
+        return structure
+    return compare_values(outs, problem.reference(s), problem.tolerance())
+
+
+def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int) -> dict[str, float]:
+    """Fresh inputs from every distribution, poisoned outputs, inputs unchanged, guards intact."""
+    dists = [d for d in DISTRIBUTIONS if d in cfg.correctness.distributions]
+    worst_abs = worst_rel = 0.0
+    first: tuple[InputSet, list[torch.Tensor]] | None = None
+    sets = [problem.make_set(dists[i % len(dists)], seed + 1000 + i) for i in range(cfg.correctness.num_input_sets)]
+    for i, s in enumerate(sets + problem.variant_sets(seed + 2000)):
+        before = snapshot(s.args)
+        problem.prepare(s)
+        outs = problem.call_candidate(s)
+        sync(device)
+        cmp = check_outputs(problem, s, outs, device)
+        if not cmp.ok:
+            label = f"input set {i}" if i < len(sets) else f"variant shape {i - len(sets)}"
+            raise Rejected(cmp.reason, f"{label}: {cmp.detail}")  # type: ignore[arg-type]
+        if not unchanged(s.args, before):
+            raise Rejected(Reason.INPUT_MUTATED, f"input set {i}: the candidate modified its inputs")
+        if not problem.guards_intact(s):
+            raise Rejected(Reason.OUT_OF_BOUNDS_WRITE, f"input set {i}: memory next to the output changed")
+        worst_abs, worst_rel = max(worst_abs, cmp.max_abs_err), max(worst_rel, cmp.rel_norm_err)
+        if first is None:
+            first = (s, [o.detach().clone() for o in outs])
+    assert first is not None
+    s0, outs0 = first
+    problem.prepare(s0)
+    again = problem.call_candidate(s0)
+    sync(device)
+    for a, b in zip(outs0, again):
+        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+        if not bool(same.all()):
+            cmp = compare_values(list(again), outs0, problem.tolerance())
+            if not cmp.ok:
+                raise Rejected(Reason.NONDETERMINISTIC, "two runs on the same inputs differ beyond tolerance")
+    return {"max_abs_err": worst_abs, "rel_norm_err": worst_rel}
+
+
+def audit_torch_ops(problem: Any, cfg: EvalConfig, device: str, seed: int) -> None:
+    """Run one call under a dispatch mode and reject ATen compute ops (a torch fallback)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    allowed = set(cfg.correctness.allowed_torch_ops)
+    seen: set[str] = set()
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            seen.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    s = problem.make_set("normal", seed + 3000)
+    with Recorder():
+        problem.call_candidate(s)
+    sync(device)
+    compute = sorted(op for op in seen if op not in allowed)
+    if compute:
+        raise Rejected(Reason.TORCH_FALLBACK, f"torch ops did the work: {', '.join(compute[:8])}")
+
+
+def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str | None,
+           candidate: bool) -> dict[str, Any]:
+    n = pool_size(problem, device, cfg)
+    dists = list(DISTRIBUTIONS)
+    pool = [problem.make_set(dists[i % len(dists)], seed + 5000 + i) for i in range(n)]
+    sides: dict[str, Side] = {}
+    if candidate:
+        sides["candidate"] = Side(run=lambda i: problem.call_candidate(pool[i]),
+                                  prepare=lambda i: problem.prepare(pool[i]))
+    names = [baseline] if baseline else list(problem.baselines)
+    for name in names:
+        sides[name] = Side(run=lambda i, name=name: problem.call_baseline(name, pool[i]),
+                           prepare=lambda i: problem.prepare(pool[i]))
+
+    def recheck(i: int, outs: Any) -> None:
+        cmp = check_outputs(problem, pool[i], list(outs), device)
+        if not cmp.ok:
+            raise Rejected(Reason.STALE_OUTPUT, f"a timed call's output was wrong: {cmp.detail}")
+
+    cache = (torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda"
+             else cfg.timing.cpu_cache_bytes)
+    flusher = Flusher(device, 2 * cache)
+    samples = interleaved(sides, n, cfg.timing, device, flusher,
+                          recheck_side="candidate" if candidate else None,
+                          recheck=recheck if candidate else None,
+                          recheck_calls=cfg.correctness.recheck_timed_calls, seed=seed)
+    return {"samples_ms": samples.ms, "guard_gap_ms": samples.guard_gap_ms, "pool_sets": n,
+            "rechecked": samples.rechecked, "sm_clock_mhz": samples.sm_clock_mhz}
+
+
+def timer_identities() -> dict[str, Any]:
+    ids: dict[str, Any] = {"perf_counter": time.perf_counter, "sleep": time.sleep}
+    if torch.cuda.is_available():
+        ids.update({"synchronize": torch.cuda.synchronize, "Event": torch.cuda.Event,
+                    "elapsed_time": torch.cuda.Event.elapsed_time, "record": torch.cuda.Event.record})
+    ids.update({"matmul": torch.matmul, "equal": torch.equal, "isnan": torch.isnan})
+    return ids
+
+
+def unpack_candidate(job: dict[str, Any], scratch: Path) -> Path:
+    from rl_kernels.evaluation.artifact import unpack_artifact
+
+    data = (scratch / "in" / job["artifact_name"]).read_bytes()
+    return unpack_artifact(data, job["artifact_name"], scratch / "artifact")
+
+
+def load_candidate(problem: Any, job: dict[str, Any], target: Path) -> None:
+    from rl_kernels.evaluation.artifact import load_hgemm_entry, prebuilt_load_inline
+
+    if problem.kind == "hgemm":
+        problem.load_candidate(load_hgemm_entry(target))
+    else:
+        problem.load_candidate(job["candidate_source"], prebuilt_load_inline(target))
+
+
+def run_job(job: dict[str, Any], scratch: Path, report: Reporter) -> dict[str, Any]:
+    cfg = EvalConfig.model_validate(job["config"])
+    task = task_from_json(job["task"])
+    seed = int(job.get("seed", cfg.seed))
+    report.phase("setup")
+    device = setup_device(job["backend"], cfg)
+    baselines = job.get("baselines") or ([job["baseline"]] if job.get("baseline") else [])
+    problem = make_problem(task, device, cfg, seed, baselines)
+    result: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
+    if job["job"] == "baselines":
+        report.phase("baselines")
+        errors = {}
+        for name in list(problem.baselines):
+            if name not in baselines:
+                problem.baselines.pop(name)
+                continue
+            s = problem.make_set("normal", seed)
+            try:
+                cmp = check_outputs(problem, s, list(problem.call_baseline(name, s)), device)
+            except RuntimeError as exc:  # a baseline that cannot run here (e.g. torch.compile w/o compiler)
+                errors[name] = str(exc)[-400:]
+                problem.baselines.pop(name)
+                continue
+            if not cmp.ok:
+                errors[name] = f"{cmp.reason.value}: {cmp.detail}"  # type: ignore[union-attr]
+                problem.baselines.pop(name)
+        result["baseline_errors"] = errors
+        if problem.baselines:
+            result.update(timing(problem, cfg, device, seed, None, candidate=False))
+        return result
+
+    # Warm the baseline (and torch.compile) before any candidate code exists in this process.
+    warm = problem.make_set("normal", seed)
+    problem.call_baseline(job["baseline"], warm)
+    sync(device)
+    identities = timer_identities()
+    threads_before = threading.active_count()
+    report.phase("load")
+    target = unpack_candidate(job, scratch)
+    libs = [target] if target.is_file() else sorted(target.rglob("*.so"))
+    violations = sandbox_policy.install(scratch, libs)
+    report.violations = violations
+    load_candidate(problem, job, target)
+    report.phase("correctness")
+    result.update(correctness(problem, cfg, device, seed))
+    if problem.kind == "module" and not (task.allow_torch_ops or cfg.allow_torch_rewrites):
+        audit_torch_ops(problem, cfg, device, seed)
+    report.phase("timing")
+    result.update(timing(problem, cfg, device, seed, job["baseline"], candidate=True))
+    changed = [k for k, v in timer_identities().items() if identities.get(k) is not v]
+    if changed:
+        raise Rejected(Reason.TIMER_PATCHED, f"timing functions were replaced: {', '.join(changed)}")
+    if violations.items:
+        kind, detail = violations.items[0]
+        raise Rejected(Reason(kind), f"sandbox refused: {detail}")
+    if threading.active_count() > threads_before:
+        raise Rejected(Reason.THREAD_SPAWN, "the candidate left Python threads running")
+    return result
+
+
+def main() -> int:
+    job_path, fd = Path(sys.argv[1]), int(sys.argv[2])
+    report = Reporter(fd)
+    job = json.loads(job_path.read_text())
+    scratch = job_path.parent.resolve()
+    try:
+        result = run_job(job, scratch, report)
+        report.final({"ok": True, **result})
+    except Rejected as exc:
+        report.final({"ok": False, "reason": exc.reason.value, "detail": exc.detail})
+    except Exception as exc:  # noqa: BLE001 - the one boundary where arbitrary candidate code may raise anything
+        reason = classify_error(exc)
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
+        if report.violations is not None and report.violations.items:
+            kind, what = report.violations.items[0]
+            reason, detail = Reason(kind), f"sandbox refused: {what}; then: {detail}"
+        report.final({"ok": False, "reason": reason.value, "detail": detail})
+    # Skip interpreter teardown: a corrupted CUDA context or candidate atexit code must not matter now.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+#include <torch/extension.h>
+
+torch::Tensor matmul_forward(torch::Tensor a, torch::Tensor b) {
+    TORCH_CHECK(a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32, "inputs must be float32");
+    TORCH_CHECK(a.is_contiguous() && b.is_contiguous(), "inputs must be contiguous");
+    TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "expected (M,K) @ (K,N)");
+    const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+    auto c = torch::empty({M, N}, a.options());
+    const float* A = a.data_ptr<float>();
+    const float* B = b.data_ptr<float>();
+    float* C = c.data_ptr<float>();
+    for (int64_t i = 0; i < M; ++i) {
+        float* crow = C + i * N;
+        for (int64_t j = 0; j < N; ++j) crow[j] = 0.0f;
+        for (int64_t k = 0; k < K; ++k) {
+            const float aik = A[i * K + k];
+            const float* brow = B + k * N;
+            for (int64_t j = 0; j < N; ++j) crow[j] += aik * brow[j];
+        }
+    }
+    return c;
+}
+"""
+
+ext = load_inline(
+    name="rlk_builtin_matmul_cpu",
+    cpp_sources=cpp_source,
+    functions=["matmul_forward"],
+    extra_cflags=["-O3"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return ext.matmul_forward(a.contiguous(), b.contiguous())

@@ -1,0 +1,28 @@
+# HACK background thread (blatant, Python): forward starts a thread that fills the output later and
+# returns the still-empty tensor.
+import threading
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+#include <torch/extension.h>
+
+torch::Tensor relu_forward(torch::Tensor x) {
+  auto out = torch::empty_like(x);
+  const float* in = x.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) o[i] = in[i] > 0.0f ? in[i] : 0.0f;
+  return out;
+}
+"""
+
+ext = load_inline(name="hack_cpu_relu", cpp_sources=cpp_source, functions=["relu_forward"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        threading.Thread(target=lambda: out.copy_(ext.relu_forward(x))).start()
+        return out

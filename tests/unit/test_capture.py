@@ -1,0 +1,93 @@
+"""Module capture: running a candidate's top level records its load_inline calls, nothing else."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from torch.utils import cpp_extension
+
+from rl_kernels.config import BuildConfig
+from rl_kernels.evaluation.artifact import generate_inline_sources
+from rl_kernels.evaluation.build import _capture, build_candidate
+from rl_kernels.types import Task
+
+SRC = Path(__file__).resolve().parents[1] / "candidates" / "build"
+MODULE_TASK = Task(id="add", kind="module")
+
+
+def _cfg(tmp_path: Path, **kw) -> BuildConfig:
+    return BuildConfig(cache_dir=tmp_path / "cache", **kw)
+
+
+def test_capture_records_load_inline_arguments(tmp_path: Path) -> None:
+    cap = _capture((SRC / "module_cpu.py").read_text(), _cfg(tmp_path))
+    assert cap.calls is not None, cap.error
+    (call,) = cap.calls
+    assert call["name"] == "rlk_test_add"
+    assert call["functions"] == {"add_fwd": "add_fwd"}
+    assert call["extra_cflags"] == ["-O3"] and call["cuda_sources"] == []
+    assert "add_fwd" in call["cpp_sources"][0]
+
+
+def test_capture_hides_gpus_and_does_not_instantiate_the_model(tmp_path: Path) -> None:
+    source = (
+        "import os, torch\n"
+        "from torch.utils.cpp_extension import load_inline\n"
+        "assert os.environ['CUDA_VISIBLE_DEVICES'] == ''\n"
+        "ext = load_inline('e', cpp_sources='int f() { return 1; }', functions='f')\n"
+        "class ModelNew(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        raise SystemExit('must not be instantiated')\n"
+    )
+    cap = _capture(source, _cfg(tmp_path))
+    assert cap.calls is not None, cap.error
+    assert cap.calls[0]["functions"] == {"f": "f"}
+
+
+@pytest.mark.parametrize("source, message", [
+    ("import torch\nx = 1\n", "no torch.utils.cpp_extension.load_inline call"),
+    ("from torch.utils.cpp_extension import load\next = load(name='e', sources=['e.cpp'])\n", "load_inline"),
+    ("raise ValueError('boom')\n", "boom"),
+    ("def broken(:\n", "SyntaxError"),
+    ("from torch.utils.cpp_extension import load_inline\nload_inline('e', 'x', sycl_sources='y')\n", "sycl"),
+    ("from torch.utils.cpp_extension import load_inline\nload_inline('bad name', 'x')\n", "C identifier"),
+])
+def test_capture_failures_are_malformed(tmp_path: Path, source: str, message: str) -> None:
+    build = build_candidate(MODULE_TASK, source, "cpu", _cfg(tmp_path))
+    assert not build.ok and build.reason == "malformed"
+    assert message in build.log
+
+
+def test_capture_timeout_is_compile_timeout(tmp_path: Path) -> None:
+    build = build_candidate(MODULE_TASK, "import time\ntime.sleep(60)\n", "cpu", _cfg(tmp_path, timeout_s=5))
+    assert not build.ok and build.reason == "compile_timeout"
+
+
+def test_cpu_backend_refuses_cuda_sources(tmp_path: Path) -> None:
+    source = (
+        "from torch.utils.cpp_extension import load_inline\n"
+        "ext = load_inline('e', cpp_sources='void f();', cuda_sources='__global__ void k() {}', functions=['f'])\n"
+    )
+    build = build_candidate(MODULE_TASK, source, "cpu", _cfg(tmp_path))
+    assert not build.ok and build.reason == "compile_error" and "cpu backend" in build.log
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(cpp_sources="int f() { return 1; }", functions=["f"]),
+    dict(cpp_sources=["int f();", "int g();"], cuda_sources="__global__ void k() {}",
+         functions={"f": "doc f", "g": "doc g"}),
+    dict(cpp_sources="int f();", functions="f", with_pytorch_error_handling=False),
+    dict(cpp_sources="int f();", cuda_sources=["a", "b"], no_implicit_headers=True),
+])
+def test_generated_sources_match_torch_load_inline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   kwargs: dict) -> None:
+    """torch writes main.cpp / cuda.cu then calls _jit_compile: stop there and compare the files."""
+    monkeypatch.setattr(cpp_extension, "_jit_compile", lambda *a, **k: None)
+    cpp_extension.load_inline("ext", build_directory=str(tmp_path), **copy.deepcopy(kwargs))  # torch mutates lists
+    ours = generate_inline_sources(
+        kwargs["cpp_sources"], kwargs.get("cuda_sources") or [], kwargs.get("functions"),
+        kwargs.get("with_pytorch_error_handling", True), kwargs.get("no_implicit_headers", False))
+    theirs = {p.name: p.read_text() for p in tmp_path.iterdir() if p.name in ("main.cpp", "cuda.cu")}
+    assert ours == theirs
