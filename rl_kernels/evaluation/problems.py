@@ -18,7 +18,8 @@ import torch
 
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.correctness import Tolerance, as_output_list
-from rl_kernels.evaluation.inputs import resample_inputs, sample_like, to_device, to_reference_precision
+from rl_kernels.evaluation.inputs import (refill_, resample_inputs, sample_like, to_device,
+                                         to_reference_precision)
 from rl_kernels.types import HgemmSpec, Task
 
 GUARD_ELEMS = 4096
@@ -99,6 +100,16 @@ class HgemmProblem:
         c, c_guards = _guarded(m * n, (m, n), torch.float16, self.device, None)
         return InputSet([a, b, b_col_major], [c], a_guards + b_guards + bt_guards + c_guards)
 
+    def refresh(self, s: InputSet, dist: str, gen: torch.Generator) -> None:
+        """New values in the same buffers (B's column-major copy follows B)."""
+        a, b, b_col_major = s.args
+        refill_(a, dist, gen)
+        refill_(b, dist, gen)
+        a.mul_(self.scale)
+        b.mul_(self.scale)
+        b_col_major.view(self.spec.n, self.spec.k).copy_(b.t())
+        s.reference = None
+
     def load_candidate(self, entry: Callable[..., None]) -> None:
         self.candidate = entry
 
@@ -178,6 +189,12 @@ class ModuleProblem:
 
     def make_set(self, dist: str, seed: int) -> InputSet:
         return InputSet(resample_inputs(self.template, dist, seed))
+
+    def refresh(self, s: InputSet, dist: str, gen: torch.Generator) -> None:
+        for x in s.args:
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                refill_(x, dist, gen)
+        s.reference = None
 
     def load_candidate(self, source: str, load_inline: Callable[..., Any]) -> None:
         import torch.utils.cpp_extension as cpp_extension

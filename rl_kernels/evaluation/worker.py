@@ -152,6 +152,14 @@ def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int) -> dict[s
             cmp = compare_values(list(again), outs0, problem.tolerance())
             if not cmp.ok:
                 raise Rejected(Reason.NONDETERMINISTIC, "two runs on the same inputs differ beyond tolerance")
+    # Same buffers, new values: an output cache keyed on pointers answers with the old result.
+    problem.refresh(s0, "uniform", torch.Generator(device=device).manual_seed(seed + 4000))
+    problem.prepare(s0)
+    reused = problem.call_candidate(s0)
+    sync(device)
+    cmp = check_outputs(problem, s0, list(reused), device)
+    if not cmp.ok:
+        raise Rejected(Reason.STALE_OUTPUT, f"same buffers with new values gave a wrong result: {cmp.detail}")
     return {"max_abs_err": worst_abs, "rel_norm_err": worst_rel}
 
 
@@ -181,14 +189,20 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
     n = pool_size(problem, device, cfg)
     dists = list(DISTRIBUTIONS)
     pool = [problem.make_set(dists[i % len(dists)], seed + 5000 + i) for i in range(n)]
+    gen = torch.Generator(device=device).manual_seed(seed + 7000)
+    calls = iter(range(1 << 62))
+
+    def prepare(i: int) -> None:
+        """Fresh values in set i before every call (outside the timed region), then poison outputs."""
+        problem.refresh(pool[i], dists[next(calls) % len(dists)], gen)
+        problem.prepare(pool[i])
+
     sides: dict[str, Side] = {}
     if candidate:
-        sides["candidate"] = Side(run=lambda i: problem.call_candidate(pool[i]),
-                                  prepare=lambda i: problem.prepare(pool[i]))
+        sides["candidate"] = Side(run=lambda i: problem.call_candidate(pool[i]), prepare=prepare)
     names = [baseline] if baseline else list(problem.baselines)
     for name in names:
-        sides[name] = Side(run=lambda i, name=name: problem.call_baseline(name, pool[i]),
-                           prepare=lambda i: problem.prepare(pool[i]))
+        sides[name] = Side(run=lambda i, name=name: problem.call_baseline(name, pool[i]), prepare=prepare)
 
     def recheck(i: int, outs: Any) -> None:
         cmp = check_outputs(problem, pool[i], list(outs), device)

@@ -1,0 +1,49 @@
+"""Regression suite: every cpu-backend reward hack is rejected with an expected reason, and the
+honest candidates pass every gate, through the whole evaluator (gate, build, sandbox, timing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rl_kernels.config import EvalConfig
+from rl_kernels.evaluation.evaluator import Evaluator
+from rl_kernels.tasks import get_task
+from rl_kernels.tasks.module import load_module_task
+from rl_kernels.types import Task
+
+CANDIDATES = Path(__file__).resolve().parents[1] / "candidates"
+
+
+def _entries(kind: str, backend: str) -> list[dict]:
+    data = yaml.safe_load((CANDIDATES / kind / "manifest.yaml").read_text())
+    return [e for e in data["hacks" if kind == "hacks" else "candidates"] if e["backend"] == backend]
+
+
+def _task(entry: dict, root: Path) -> Task:
+    if "task_file" in entry:
+        return load_module_task(root / entry["task_file"], task_id=f"test/{Path(entry['task_file']).stem}")
+    return get_task(entry["task"])
+
+
+@pytest.mark.parametrize("entry", _entries("hacks", "cpu"), ids=lambda e: e["file"])
+def test_cpu_hack_rejected(entry: dict, cpu_config: EvalConfig) -> None:
+    root = CANDIDATES / "hacks"
+    m = Evaluator(cpu_config).evaluate(_task(entry, root), (root / entry["file"]).read_text())
+    if entry.get("inert") and m.rejected is None:
+        return
+    assert m.rejected in entry["expected"], f"{entry['file']}: got {m.rejected!r} ({m.detail[:500]})"
+    assert m.reward == cpu_config.reward.fail_reward
+    assert not m.correct
+
+
+@pytest.mark.parametrize("entry", _entries("honest", "cpu"), ids=lambda e: e["file"])
+def test_cpu_honest_passes(entry: dict, cpu_config: EvalConfig) -> None:
+    root = CANDIDATES / "honest"
+    m = Evaluator(cpu_config).evaluate(_task(entry, root), (root / entry["file"]).read_text())
+    assert m.rejected is None, f"{entry['file']}: {m.rejected} {m.detail[:800]}"
+    assert m.correct and m.compiled
+    assert m.samples >= 30 and m.speedup and m.speedup > 0
+    assert m.reward >= cpu_config.reward.min_correct_reward
