@@ -45,7 +45,7 @@ def classify_error(exc: BaseException) -> Reason:
     if any(s in msg for s in ("illegal memory access", "misaligned address", "illegal instruction",
                               "unspecified launch failure", "an illegal", "device-side assert")):
         return Reason.ILLEGAL_MEMORY_ACCESS
-    if "out of memory" in msg:
+    if "out of memory" in msg or "bad_alloc" in msg or isinstance(exc, MemoryError):
         return Reason.OUT_OF_MEMORY
     if isinstance(exc, PermissionError) and "sandbox:" in msg:
         return Reason.SANDBOX_VIOLATION

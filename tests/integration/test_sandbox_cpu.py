@@ -1,0 +1,84 @@
+"""A crash, hang, memory blow-up or exception costs only that candidate; the next one still works."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_kernels.config import EvalConfig
+from rl_kernels.evaluation.evaluator import Evaluator
+from rl_kernels.tasks import get_task
+
+CANDIDATES = Path(__file__).resolve().parents[1] / "candidates"
+TASK = "hgemm/fp32/128_128_128"
+
+
+def _honest() -> str:
+    return (CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp").read_text()
+
+
+@pytest.mark.parametrize("name, reason, detail", [
+    ("segfault.cpp", "crash", "SIGSEGV"),
+    ("hang.cpp", "timeout", "time limit"),
+    ("huge_alloc.cpp", "out_of_memory", ""),
+    ("throws.cpp", "runtime_error", "this kernel refuses to run: M=128"),
+    ("syntax_error.cpp", "compile_error", "expected primary-expression"),
+])
+def test_failure_costs_only_itself(name: str, reason: str, detail: str, cpu_config: EvalConfig) -> None:
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.sandbox.timeout_s = 25
+    cfg.sandbox.memory_limit_mb = 6144
+    evaluator = Evaluator(cfg)
+    task = get_task(TASK)
+    bad = evaluator.evaluate(task, (CANDIDATES / "sandbox" / name).read_text())
+    assert bad.rejected == reason, bad.detail[-1500:]
+    assert detail in bad.detail
+    assert bad.reward == cfg.reward.fail_reward
+    good = evaluator.evaluate(task, _honest())
+    assert good.correct and good.rejected is None, good.detail[-1500:]
+
+
+def test_cli_eval_json_contract(cpu_config: EvalConfig, tmp_path: Path) -> None:
+    candidate = CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp"
+    out = subprocess.run(
+        [sys.executable, "-m", "rl_kernels.cli", "eval", "--task", TASK, "--candidate", str(candidate),
+         "--backend", "cpu", "--json", f"eval.build.cache_dir={cpu_config.build.cache_dir}"],
+        capture_output=True, text=True, timeout=300, check=True)
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    for key in ("task", "backend", "mode", "compiled", "correct", "rejected", "candidate_ms",
+                "baseline_ms", "speedup", "noise", "reward"):
+        assert key in data
+    assert data["task"] == TASK and data["backend"] == "cpu" and data["mode"] == "kernel"
+    assert data["compiled"] and data["correct"] and data["rejected"] is None
+    assert data["speedup"] == pytest.approx(data["baseline_ms"] / data["candidate_ms"])
+
+
+@pytest.mark.parametrize("mode", ["offline", "server"])
+def test_cuda_l2_modes_on_cpu(mode: str, cpu_config: EvalConfig) -> None:
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.timing.mode = mode
+    m = Evaluator(cfg).evaluate(get_task(TASK), _honest())
+    assert m.correct and m.mode == mode and m.samples >= 30
+    assert m.candidate_ms > 0 and m.baseline_ms > 0
+
+
+def test_bench_over_a_directory(cpu_config: EvalConfig, tmp_path: Path) -> None:
+    (tmp_path / "128_128_128.cpp").write_text(_honest())
+    (tmp_path / "128_128_64.cpp").write_text((CANDIDATES / "sandbox" / "syntax_error.cpp").read_text())
+    out = subprocess.run(
+        [sys.executable, "-m", "rl_kernels.cli", "bench", "--suite", "hgemm/fp32", "--candidates", str(tmp_path),
+         "--backend", "cpu", f"eval.build.cache_dir={cpu_config.build.cache_dir}"],
+        capture_output=True, text=True, timeout=600, check=True)
+    assert "summary: 1/2 correct (1 compiled)" in out.stdout
+    assert "compile_error" in out.stdout
+
+
+def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "rl_kernels.cli", "eval", "--task", TASK, "--candidate", "x.cu",
+                          "eval.timing.samples=3", "eval.nonsense=1"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "eval.timing.samples" in out.stderr and "eval.nonsense" in out.stderr
