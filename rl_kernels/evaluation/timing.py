@@ -69,8 +69,12 @@ class Flusher:
 def sm_clock_mhz() -> float | None:
     """Current SM clock through NVML when available (recorded with each measurement)."""
     try:
+        import pynvml
+    except ModuleNotFoundError:
+        return None
+    try:
         return float(torch.cuda.clock_rate())
-    except (RuntimeError, ModuleNotFoundError, AttributeError):
+    except (RuntimeError, OSError, pynvml.NVMLError):
         return None
 
 
