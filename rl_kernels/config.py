@@ -116,6 +116,10 @@ class TimingConfig(_Strict):
     cpu_cache_bytes: int = Field(64 * 1024 * 1024, gt=0)
     cpu_cores: list[int] | None = None
     flush_l2: bool = True
+    launch_cover_cycles: int = Field(200_000, ge=0)   # GPU spin before the start event (~100 us)
+    # Timed inputs: one distribution for candidate and baseline alike (correctness covers all four);
+    # the data's bit patterns change the GPU's power draw and clocks, so mixing them adds noise.
+    input_distribution: Literal["normal", "uniform", "heavy_tailed", "mixed_sign"] = "normal"
     sync_guard_samples: int = Field(5, ge=1)
     sync_guard_tolerance_us: float = Field(20.0, ge=0)
     sync_guard_tolerance_rel: float = Field(0.25, ge=0)
@@ -139,6 +143,7 @@ class RewardConfig(_Strict):
     min_correct_reward: float = Field(0.05, ge=0)
     log_speedup_clip: float = Field(2.3, gt=0)
     noise_floor: float = Field(0.03, ge=0)
+    noise_sigmas: float = Field(3.0, ge=0)
     speedup_ceiling: float = Field(10.0, gt=1)
     remeasure_attempts: int = Field(1, ge=0)
 

@@ -22,7 +22,7 @@ from rl_kernels.evaluation.build import build_candidate
 from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
 from rl_kernels.evaluation.guards import static_check
 from rl_kernels.evaluation.reasons import Reason
-from rl_kernels.evaluation.reward import correct_reward
+from rl_kernels.evaluation.reward import correct_reward, noise_floor
 from rl_kernels.evaluation.roofline import min_time_ms
 from rl_kernels.evaluation.timing import median, rel_spread
 from rl_kernels.types import Build, Measurement, Task
@@ -200,7 +200,9 @@ class Evaluator:
                              f"(limit {limit * 1e3:.1f} us): side stream or deferred launch")
                 m.correct = False
                 return
-        m.reward = correct_reward(m.speedup, self.cfg.reward)
+        floor = noise_floor(m.noise, m.samples, self.cfg.reward)
+        m.extra["noise_floor"] = floor
+        m.reward = correct_reward(m.speedup, self.cfg.reward, floor)
 
     def _roofline_ms(self, task: Task, m: Measurement) -> float | None:
         if task.kind != "hgemm" or task.hgemm is None or self.cfg.timing.mode != "kernel":

@@ -20,7 +20,18 @@ def shrink_log_speedup(speedup: float, noise_floor: float) -> float:
     return math.copysign(max(0.0, abs(x) - band), x)
 
 
-def correct_reward(speedup: float, cfg: RewardConfig) -> float:
-    x = shrink_log_speedup(min(speedup, cfg.speedup_ceiling), cfg.noise_floor)
+def noise_floor(noise: float | None, samples: int, cfg: RewardConfig) -> float:
+    """The configured floor, or `noise_sigmas` standard errors of this measurement's speedup if larger.
+
+    `noise` is the IQR/median of the per-pair speedups; the median of n samples has a standard
+    error of about 0.93 IQR / sqrt(n) (normal approximation).
+    """
+    if not noise or samples <= 0:
+        return cfg.noise_floor
+    return max(cfg.noise_floor, cfg.noise_sigmas * 0.93 * noise / samples ** 0.5)
+
+
+def correct_reward(speedup: float, cfg: RewardConfig, floor: float | None = None) -> float:
+    x = shrink_log_speedup(min(speedup, cfg.speedup_ceiling), cfg.noise_floor if floor is None else floor)
     x = max(-cfg.log_speedup_clip, min(cfg.log_speedup_clip, x))
     return max(cfg.min_correct_reward, cfg.correct_base + x)

@@ -187,7 +187,7 @@ def audit_torch_ops(problem: Any, cfg: EvalConfig, device: str, seed: int) -> No
 def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str | None,
            candidate: bool) -> dict[str, Any]:
     n = pool_size(problem, device, cfg)
-    dists = list(DISTRIBUTIONS)
+    dists = [cfg.timing.input_distribution]
     pool = [problem.make_set(dists[i % len(dists)], seed + 5000 + i) for i in range(n)]
     gen = torch.Generator(device=device).manual_seed(seed + 7000)
     calls = iter(range(1 << 62))

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_kernels.config import ConfigError, dump_config, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_yaml_and_dotted_overrides() -> None:
+    cfg = load_config(REPO / "configs" / "local.yaml", ["eval.timing.samples=50", "eval.build.cuda_archs=[sm_80, sm_90a]"])
+    assert cfg.eval.backend == "cpu"
+    assert cfg.eval.timing.samples == 50
+    assert cfg.eval.build.cuda_archs == ["sm_80", "sm_90a"]
+    assert load_config(None, []).eval.timing.samples == 30
+
+
+@pytest.mark.parametrize("override, names", [
+    ("eval.nonsense=1", "eval.nonsense"),
+    ("eval.timing.samples=10", "eval.timing.samples"),
+    ("eval.build.cuda_archs=[compute_90]", "eval.build.cuda_archs"),
+    ("eval.reward.min_correct_reward=-1", "min_correct_reward"),
+    ("eval.correctness.num_input_sets=2", "eval.correctness.num_input_sets"),
+])
+def test_bad_values_name_the_key(override: str, names: str) -> None:
+    with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def test_malformed_override_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_config(None, ["eval.backend"])
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_dump_round_trips(tmp_path: Path) -> None:
+    cfg = load_config(REPO / "configs" / "h200.yaml")
+    path = tmp_path / "resolved.yaml"
+    path.write_text(dump_config(cfg))
+    assert load_config(path) == cfg
+
+
+def test_cli_dry_run_prints_resolved_config() -> None:
+    out = subprocess.run([sys.executable, "-m", "rl_kernels.cli", "bench", "--seeds", "--dry-run",
+                          "--config", str(REPO / "configs" / "local.yaml"), "eval.timing.samples=40"],
+                         capture_output=True, text=True, check=True)
+    assert "samples: 40" in out.stdout and "backend: cpu" in out.stdout

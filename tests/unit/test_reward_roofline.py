@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rl_kernels.config import RewardConfig, RooflineConfig
+from rl_kernels.evaluation.reward import correct_reward, noise_floor, shrink_log_speedup
+from rl_kernels.evaluation.roofline import device_peaks, min_time_ms
+
+
+def test_gains_inside_the_noise_count_for_nothing() -> None:
+    cfg = RewardConfig()
+    assert shrink_log_speedup(1.02, 0.03) == 0.0
+    assert shrink_log_speedup(0.98, 0.03) == 0.0
+    assert correct_reward(1.0, cfg) == pytest.approx(cfg.correct_base)
+    assert shrink_log_speedup(2.0, 0.03) == pytest.approx(math.log(2.0) - math.log(1.03))
+
+
+def test_reward_is_clipped_and_correct_always_beats_failure() -> None:
+    cfg = RewardConfig()
+    assert correct_reward(1e-6, cfg) == cfg.min_correct_reward > cfg.fail_reward
+    top = correct_reward(1e6, cfg)
+    assert top == pytest.approx(cfg.correct_base + min(cfg.log_speedup_clip,
+                                                        math.log(cfg.speedup_ceiling) - math.log1p(cfg.noise_floor)))
+    assert correct_reward(3.0, cfg) > correct_reward(2.0, cfg) > correct_reward(1.0, cfg)
+
+
+def test_noisy_measurements_raise_the_floor() -> None:
+    cfg = RewardConfig()
+    assert noise_floor(None, 30, cfg) == cfg.noise_floor
+    assert noise_floor(0.01, 30, cfg) == cfg.noise_floor
+    wide = noise_floor(0.5, 30, cfg)
+    assert wide == pytest.approx(3.0 * 0.93 * 0.5 / math.sqrt(30))
+    assert correct_reward(1.2, cfg, wide) == pytest.approx(cfg.correct_base)
+
+
+def test_roofline_bounds_from_table_and_config() -> None:
+    flops, bw = device_peaks("NVIDIA H200", RooflineConfig())
+    assert flops == pytest.approx(989e12) and bw == pytest.approx(4800e9)
+    assert device_peaks("Some New GPU", RooflineConfig()) == (None, None)
+    assert device_peaks("Some New GPU", RooflineConfig(peak_tflops_fp16=100, peak_gbps=1000)) == (1e14, 1e12)
+    t = min_time_ms(2 * 4096**3, 3 * 2 * 4096**2, "NVIDIA H200", RooflineConfig())
+    assert t == pytest.approx(2 * 4096**3 / 989e12 * 1e3)
+    assert min_time_ms(1e9, 1e6, "cpu", RooflineConfig()) is None
