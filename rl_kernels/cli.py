@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rl_kernels.config import Config, ConfigError, dump_config, load_config
+from rl_kernels.tasks.module import TaskError
 from rl_kernels.types import Measurement, Task
 
 CANDIDATE_SUFFIXES = (".py", ".cu", ".cpp", ".cc")
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         handler = {"eval": cmd_eval, "tasks": cmd_tasks, "bench": cmd_bench}[args.command]
         return handler(args, cfg)
-    except ConfigError as exc:
+    except (ConfigError, TaskError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -241,7 +240,3 @@ class ModuleProblem:
 
     def flops(self) -> float:
         return 0.0
-
-
-def artifact_dir(scratch: Path) -> Path:
-    return scratch / "artifact"

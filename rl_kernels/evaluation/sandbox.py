@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ class SandboxResult:
     seconds: float
     stderr_tail: str = ""
     leftover_processes: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def failure(self) -> tuple[Reason, str] | None:
         """The reason this run produced no usable verdict, if it did not."""

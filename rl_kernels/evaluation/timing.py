@@ -154,14 +154,12 @@ def interleaved(
     late = range(cfg.samples // 2, cfg.samples)
     checks = set(rng.sample(late, k=min(recheck_calls, len(late)))) if recheck else set()
     deadline = time.monotonic() + cfg.max_seconds
-    calls = 0
     for k in range(cfg.samples):
         order = names if k % 2 == 0 else names[::-1]
         for name in order:
             # A random pool set per call: no side is tied to a fixed subset of the pool, and the
             # candidate cannot predict which buffers come next.
             i = rng.randrange(pool_size)
-            calls += 1
             ms, out = clock.measure(sides[name], i)
             result.ms[name].append(ms)
             if recheck is not None and name == recheck_side and k in checks:

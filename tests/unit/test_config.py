@@ -50,3 +50,16 @@ def test_cli_dry_run_prints_resolved_config() -> None:
                           "--config", str(REPO / "configs" / "local.yaml"), "eval.timing.samples=40"],
                          capture_output=True, text=True, check=True)
     assert "samples: 40" in out.stdout and "backend: cpu" in out.stdout
+
+
+def test_cli_tasks_list_and_unknown_task() -> None:
+    out = subprocess.run([sys.executable, "-m", "rl_kernels.cli", "tasks", "list", "--suite", "builtin"],
+                         capture_output=True, text=True, check=True)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("builtin/")]
+    assert len(lines) >= 12 and all("\tmodule\t" in ln for ln in lines)
+    out = subprocess.run([sys.executable, "-m", "rl_kernels.cli", "tasks", "list", "--suite", "hgemm/fp32", "--limit", "3"],
+                         capture_output=True, text=True, check=True)
+    assert "# hgemm/fp32: 1000 tasks" in out.stdout and "hgemm/fp32/64_64_64" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "rl_kernels.cli", "eval", "--task", "builtin/sofmax",
+                          "--candidate", str(REPO / "README.md")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "builtin/softmax" in bad.stderr
