@@ -178,7 +178,7 @@ class ModuleProblem:
         c = self.cfg.correctness
         out_dtype = str(self._eager(InputSet(self.template))[0].dtype).replace("torch.", "")
         key = out_dtype if out_dtype in c.atol else "float32"
-        return Tolerance(c.atol[key], c.rtol[key], c.relnorm[key])
+        return Tolerance(c.atol[key], c.rtol[key], c.relnorm[key], c.atol_rms_multiple.get(key, 0.0))
 
     def _eager(self, s: InputSet) -> list[Any]:
         with torch.no_grad():
