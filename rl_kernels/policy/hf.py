@@ -1,0 +1,231 @@
+"""The transformers backend: `generate` on CPU or one GPU, LoRA adapters through PEFT.
+
+It is the reference backend (every test and the 2-core local default use it); the vLLM backend
+must produce the same Completion records.  Behaviour logprobs come from the very scores
+`generate` sampled from, so they are exact for the sampling distribution, not recomputed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+from rl_kernels.policy.base import BASE_VERSION, Completion, Messages, SamplingParams, adapter_name
+from rl_kernels.policy.models import resolve_model
+
+
+class HFPolicy:
+    """A PolicyBackend over a transformers causal LM.
+
+    Versions: 0 is the base model; k >= 1 is the PEFT adapter loaded as `policy-v{k}`.  At most
+    `max_loaded_adapters` adapters stay loaded (set it to max_staleness + 2, so requests still
+    in flight on older versions find their weights); the least recently used one goes first.
+    One lock serialises generation and adapter changes: the active adapter is model-global state,
+    and an adapter is never deleted while a generation is using it.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        device: str = "cpu",
+        dtype: torch.dtype | None = None,
+        max_loaded_adapters: int = 4,
+        batch_size: int = 8,
+    ) -> None:
+        if max_loaded_adapters < 1:
+            raise ValueError(f"max_loaded_adapters must be >= 1, got {max_loaded_adapters}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.device = torch.device(device)
+        if dtype is None:
+            dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        path = resolve_model(model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        self._stop_ids = _stop_token_ids(self.tokenizer.eos_token_id, base.generation_config)
+        pad = self.tokenizer.pad_token_id
+        self._pad_id = pad if pad is not None else self._stop_ids[0]
+        # Drop the checkpoint's sampling defaults (top_k, top_p, repetition penalty...):
+        # SamplingParams is the only source, or behaviour logprobs would not match the policy.
+        base.generation_config = GenerationConfig(
+            eos_token_id=self._stop_ids, pad_token_id=self._pad_id
+        )
+        self._base = base
+        self._model: torch.nn.Module = base
+        self._adapters: OrderedDict[int, None] = OrderedDict()  # LRU order, most recent last
+        self._max_adapters = max_loaded_adapters
+        self._batch_size = batch_size
+        self._lock = threading.RLock()
+
+    def loaded_versions(self) -> list[int]:
+        with self._lock:
+            return [BASE_VERSION, *sorted(self._adapters)]
+
+    def load_adapter(self, version: int, path: Path) -> None:
+        """Load `path` as `policy-v{version}`; loading a version already present only refreshes
+        its recency (so a retried announcement is harmless)."""
+        if version <= BASE_VERSION:
+            raise ValueError(f"adapter versions start at 1 (0 is the base model), got {version}")
+        path = Path(path)
+        if not (path / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"no PEFT adapter at {path} (adapter_config.json missing)")
+        with self._lock:
+            if version in self._adapters:
+                self._adapters.move_to_end(version)
+                return
+            name = adapter_name(version)
+            if isinstance(self._model, PeftModel):
+                self._model.load_adapter(str(path), adapter_name=name)
+            else:
+                self._model = PeftModel.from_pretrained(self._base, str(path), adapter_name=name)
+            self._model.eval()
+            # Activate the newcomer so evicting the previously active adapter is a plain delete.
+            self._model.set_adapter(name)
+            self._adapters[version] = None
+            while len(self._adapters) > self._max_adapters:
+                oldest, _ = self._adapters.popitem(last=False)
+                self._model.delete_adapter(adapter_name(oldest))
+
+    def generate(
+        self, prompts: list[Messages], params: SamplingParams, adapter_version: int
+    ) -> list[list[Completion]]:
+        """Sample params.n completions per prompt; rows (prompt x n) go through in batches of
+        `batch_size`.  With params.seed set, the same call gives the same completions."""
+        prompt_ids = [self._encode(messages) for messages in prompts]
+        rows = [ids for ids in prompt_ids for _ in range(params.n)]
+        seed = params.seed if params.seed is not None else random.randrange(2**63)
+        with self._lock:
+            self._require_loaded(adapter_version)
+            if adapter_version != BASE_VERSION:
+                self._adapters.move_to_end(adapter_version)
+            with self._seeded(seed), self._adapter(adapter_version), torch.inference_mode():
+                flat = [
+                    completion
+                    for start in range(0, len(rows), self._batch_size)
+                    for completion in self._sample(
+                        rows[start : start + self._batch_size], params, adapter_version
+                    )
+                ]
+        return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    def _encode(self, messages: Messages) -> list[int]:
+        """The chat template owns special tokens (BOS, role markers), so none are added again."""
+        text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _require_loaded(self, version: int) -> None:
+        if version != BASE_VERSION and version not in self._adapters:
+            raise KeyError(
+                f"adapter version {version} ({adapter_name(version)}) is not loaded; "
+                f"loaded versions: {self.loaded_versions()}"
+            )
+
+    @contextlib.contextmanager
+    def _adapter(self, version: int) -> Iterator[None]:
+        """Version 0 runs with adapters disabled; others activate their named adapter."""
+        if not isinstance(self._model, PeftModel):
+            yield
+        elif version == BASE_VERSION:
+            with self._model.disable_adapter():
+                yield
+        else:
+            self._model.set_adapter(adapter_name(version))
+            yield
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: int) -> Iterator[None]:
+        """`generate` samples from torch's global RNG (it takes no torch.Generator), so seed it
+        inside a fork that restores the caller's RNG state afterwards."""
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+            torch.manual_seed(seed)
+            yield
+
+    def _sample(
+        self, rows: list[list[int]], params: SamplingParams, version: int
+    ) -> list[Completion]:
+        """One left-padded batch through `generate`.  Memory holds the scores of every step
+        (rows x new tokens x vocab floats), which `batch_size` bounds."""
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            attention_mask[i, width - len(r) :] = 1
+        out = self._model.generate(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            do_sample=True,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,  # explicit: transformers' default top_k is 50, 0 disables it
+            max_new_tokens=params.max_new_tokens,
+            return_dict_in_generate=True,
+            output_scores=True,
+        )
+        new_tokens = out.sequences[:, width:].cpu()
+        logprobs = torch.stack(
+            [
+                torch.log_softmax(step.float(), dim=-1)
+                .gather(-1, new_tokens[:, t, None].to(step.device))[:, 0]
+                .cpu()
+                for t, step in enumerate(out.scores)
+            ],
+            dim=1,
+        )
+        return [
+            self._completion(r, new_tokens[i].tolist(), logprobs[i].tolist(), version)
+            for i, r in enumerate(rows)
+        ]
+
+    def _completion(
+        self,
+        prompt: list[int],
+        tokens: list[int],
+        logprobs: list[float],
+        version: int,
+    ) -> Completion:
+        """Cut at the first stop token (kept, it was sampled); without one the answer ran into
+        max_new_tokens and is truncated."""
+        stop_at = next((j for j, tok in enumerate(tokens) if tok in self._stop_ids), None)
+        if stop_at is None:
+            n = len(tokens)  # == max_new_tokens: a batch ends early only once every row stopped
+            finish, truncated = "length", True
+        else:
+            n = stop_at + 1
+            finish, truncated = "stop", False
+        return Completion(
+            text=self.tokenizer.decode(tokens[:n], skip_special_tokens=True),
+            prompt_token_ids=list(prompt),
+            token_ids=tokens[:n],
+            logprobs=logprobs[:n],
+            adapter_version=version,
+            finish_reason=finish,
+            truncated=truncated,
+        )
+
+
+def _stop_token_ids(eos_token_id: int | None, generation_config: GenerationConfig) -> list[int]:
+    """The tokenizer's EOS plus any the checkpoint's generation config lists (chat models often
+    end turns with a token other than the tokenizer's EOS)."""
+    ids: set[int] = set()
+    if eos_token_id is not None:
+        ids.add(eos_token_id)
+    configured = generation_config.eos_token_id
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured is not None:
+        ids.update(configured)
+    if not ids:
+        raise ValueError("the model has no EOS token; cannot tell a finished answer from a cut one")
+    return sorted(ids)

