@@ -165,6 +165,7 @@ class ModuleProblem:
         torch.manual_seed(seed)
         self.template = to_device(list(self.program.get_inputs()), device)
         self.candidate: torch.nn.Module | None = None
+        self._tolerance: Tolerance | None = None
         self.baselines: dict[str, Callable[[InputSet], list[Any]]] = {"eager": self._eager}
         if with_compile:
             compiled = torch.compile(self.ref_model)
@@ -175,10 +176,13 @@ class ModuleProblem:
         return sum(x.numel() * x.element_size() for x in self.template if isinstance(x, torch.Tensor))
 
     def tolerance(self) -> Tolerance:
-        c = self.cfg.correctness
-        out_dtype = str(self._eager(InputSet(self.template))[0].dtype).replace("torch.", "")
-        key = out_dtype if out_dtype in c.atol else "float32"
-        return Tolerance(c.atol[key], c.rtol[key], c.relnorm[key], c.atol_rms_multiple.get(key, 0.0))
+        """Tolerances for the task's output dtype (found with one eager call, then kept)."""
+        if self._tolerance is None:
+            c = self.cfg.correctness
+            out_dtype = str(self._eager(InputSet(self.template))[0].dtype).replace("torch.", "")
+            key = out_dtype if out_dtype in c.atol else "float32"
+            self._tolerance = Tolerance(c.atol[key], c.rtol[key], c.relnorm[key], c.atol_rms_multiple.get(key, 0.0))
+        return self._tolerance
 
     def _eager(self, s: InputSet) -> list[Any]:
         with torch.no_grad():

@@ -86,10 +86,16 @@ def setup_device(backend: str, cfg: EvalConfig) -> str:
     return "cpu"
 
 
+def cache_bytes(device: str, cfg: EvalConfig) -> int:
+    """The cache the timing must defeat: the GPU's L2, or the configured CPU cache size."""
+    if device == "cuda":
+        return int(torch.cuda.get_device_properties(0).L2_cache_size)
+    return cfg.timing.cpu_cache_bytes
+
+
 def pool_size(problem: Any, device: str, cfg: EvalConfig) -> int:
     """Enough input sets that cycling through them never hits a warm cache."""
-    cache = (torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda"
-             else cfg.timing.cpu_cache_bytes)
+    cache = cache_bytes(device, cfg)
     need = math.ceil(cfg.timing.pool_l2_multiple * cache / max(problem.set_bytes, 1))
     fit = max(cfg.timing.max_pool_bytes // max(problem.set_bytes, 1), 2)
     return int(max(2, min(need, fit, cfg.timing.max_pool_sets)))
@@ -209,9 +215,7 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
         if not cmp.ok:
             raise Rejected(Reason.STALE_OUTPUT, f"a timed call's output was wrong: {cmp.detail}")
 
-    cache = (torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda"
-             else cfg.timing.cpu_cache_bytes)
-    flusher = Flusher(device, 2 * cache)
+    flusher = Flusher(device, 2 * cache_bytes(device, cfg))
     samples = interleaved(sides, n, cfg.timing, device, flusher,
                           recheck_side="candidate" if candidate else None,
                           recheck=recheck if candidate else None,
