@@ -118,6 +118,7 @@ class _Outcome:
     ok: bool
     log: str
     reason: str | None = None
+    cacheable: bool = True   # False when the result says nothing about the source (timeout, killed)
 
 
 def _key(material: dict) -> str:
@@ -177,7 +178,7 @@ def _cached_build(key: str, artifact_name: str, cfg: BuildConfig, build: Callabl
                            cached=False, reason=outcome.reason)
             if outcome.ok:
                 result.artifact = (out_dir / artifact_name).read_bytes()
-            if outcome.reason != Reason.COMPILE_TIMEOUT.value:
+            if outcome.cacheable:
                 (out_dir / "build.log").write_text(log)
                 meta = {"ok": outcome.ok, "reason": outcome.reason, "seconds": seconds}
                 (out_dir / "meta.json").write_text(json.dumps(meta))
@@ -187,11 +188,18 @@ def _cached_build(key: str, artifact_name: str, cfg: BuildConfig, build: Callabl
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+_KILLED_MARKERS = ("interrupted by user", "Killed signal terminated program", "terminated by signal")
+
+
 def _ninja_outcome(res: ninja.ProcResult, cfg: BuildConfig) -> _Outcome:
     if res.timed_out:
         return _Outcome(False, res.output + f"\nbuild timed out after {cfg.timeout_s:.0f} s",
-                        Reason.COMPILE_TIMEOUT.value)
+                        Reason.COMPILE_TIMEOUT.value, cacheable=False)
     if res.returncode != 0:
+        # A build whose ninja or compiler was killed from outside (a dying actor, the OOM killer)
+        # failed for reasons unrelated to the source: report it, but never cache it.
+        if res.returncode < 0 or any(m in res.output for m in _KILLED_MARKERS):
+            return _Outcome(False, res.output, Reason.COMPILE_INTERRUPTED.value, cacheable=False)
         return _Outcome(False, res.output, Reason.COMPILE_ERROR.value)
     return _Outcome(True, res.output)
 

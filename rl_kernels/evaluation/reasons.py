@@ -23,6 +23,7 @@ class Reason(str, Enum):
     # build
     COMPILE_ERROR = "compile_error"
     COMPILE_TIMEOUT = "compile_timeout"
+    COMPILE_INTERRUPTED = "compile_interrupted"  # compiler killed from outside: says nothing of the source
     # run (sandbox)
     CRASH = "crash"
     TIMEOUT = "timeout"
@@ -48,4 +49,7 @@ class Reason(str, Enum):
     FASTER_THAN_ROOFLINE = "faster_than_roofline"
     # task
     DEGENERATE_TASK = "degenerate_task"
+    # pipeline (actors): the work was retried once on a restarted actor and failed again
+    COMPILER_FAILED = "compiler_failed"
+    TIMER_FAILED = "timer_failed"
     BASELINE_FAILED = "baseline_failed"

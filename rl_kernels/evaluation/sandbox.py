@@ -8,6 +8,7 @@ hang, illegal address or OOM costs only this job: the caller simply starts the n
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -57,8 +58,13 @@ class SandboxResult:
         return None
 
 
+_PR_SET_PDEATHSIG = 1
+
+
 def _limits(memory_mb: int, backend: str) -> Any:
     def apply() -> None:
+        # Die with the parent: a killed timer must not leave a hung candidate spinning on the device.
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 30, 2 << 30))
         if backend == "cpu":
