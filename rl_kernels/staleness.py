@@ -132,18 +132,18 @@ class StalenessManager:
 
     def on_filtered(self, group_id: str, reason: str) -> None:
         """The group was scored but teaches nothing (e.g. zero reward variance); its slot is freed."""
-        _check_reason(reason)
-        self._take_running(group_id)
-        self._done[group_id] = f"filtered ({reason})"
-        self._filtered[reason] += 1
-        self.check_invariants()
+        self._end_running(group_id, "filtered", reason, self._filtered)
 
     def on_failed(self, group_id: str, reason: str) -> None:
         """The group could not be produced at all (generator crash, ...); its slot is freed."""
+        self._end_running(group_id, "failed", reason, self._failed)
+
+    def _end_running(self, group_id: str, state: str, reason: str, counter: Counter[str]) -> None:
+        """A running group ends without entering the buffer: recorded, counted by reason."""
         _check_reason(reason)
         self._take_running(group_id)
-        self._done[group_id] = f"failed ({reason})"
-        self._failed[reason] += 1
+        self._done[group_id] = f"{state} ({reason})"
+        counter[reason] += 1
         self.check_invariants()
 
     # ------------------------------------------------------------------------------------------

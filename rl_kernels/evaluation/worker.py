@@ -118,7 +118,7 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def check_outputs(problem: Any, s: InputSet, outs: list[Any], device: str) -> Comparison:
+def check_outputs(problem: Any, s: InputSet, outs: list[Any]) -> Comparison:
     structure = check_structure(outs, problem.expected(s))
     if not structure.ok:
         return structure
@@ -136,7 +136,7 @@ def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int) -> dict[s
         problem.prepare(s)
         outs = problem.call_candidate(s)
         sync(device)
-        cmp = check_outputs(problem, s, outs, device)
+        cmp = check_outputs(problem, s, outs)
         if not cmp.ok:
             label = f"input set {i}" if i < len(sets) else f"variant shape {i - len(sets)}"
             raise Rejected(cmp.reason, f"{label}: {cmp.detail}")  # type: ignore[arg-type]
@@ -163,7 +163,7 @@ def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int) -> dict[s
     problem.prepare(s0)
     reused = problem.call_candidate(s0)
     sync(device)
-    cmp = check_outputs(problem, s0, list(reused), device)
+    cmp = check_outputs(problem, s0, list(reused))
     if not cmp.ok:
         raise Rejected(Reason.STALE_OUTPUT, f"same buffers with new values gave a wrong result: {cmp.detail}")
     return {"max_abs_err": worst_abs, "rel_norm_err": worst_rel}
@@ -193,14 +193,13 @@ def audit_torch_ops(problem: Any, cfg: EvalConfig, device: str, seed: int) -> No
 def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str | None,
            candidate: bool) -> dict[str, Any]:
     n = pool_size(problem, device, cfg)
-    dists = [cfg.timing.input_distribution]
-    pool = [problem.make_set(dists[i % len(dists)], seed + 5000 + i) for i in range(n)]
+    dist = cfg.timing.input_distribution
+    pool = [problem.make_set(dist, seed + 5000 + i) for i in range(n)]
     gen = torch.Generator(device=device).manual_seed(seed + 7000)
-    calls = iter(range(1 << 62))
 
     def prepare(i: int) -> None:
         """Fresh values in set i before every call (outside the timed region), then poison outputs."""
-        problem.refresh(pool[i], dists[next(calls) % len(dists)], gen)
+        problem.refresh(pool[i], dist, gen)
         problem.prepare(pool[i])
 
     sides: dict[str, Side] = {}
@@ -211,7 +210,7 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
         sides[name] = Side(run=lambda i, name=name: problem.call_baseline(name, pool[i]), prepare=prepare)
 
     def recheck(i: int, outs: Any) -> None:
-        cmp = check_outputs(problem, pool[i], list(outs), device)
+        cmp = check_outputs(problem, pool[i], list(outs))
         if not cmp.ok:
             raise Rejected(Reason.STALE_OUTPUT, f"a timed call's output was wrong: {cmp.detail}")
 
@@ -267,7 +266,7 @@ def run_job(job: dict[str, Any], scratch: Path, report: Reporter) -> dict[str, A
                 continue
             s = problem.make_set("normal", seed)
             try:
-                cmp = check_outputs(problem, s, list(problem.call_baseline(name, s)), device)
+                cmp = check_outputs(problem, s, list(problem.call_baseline(name, s)))
             except RuntimeError as exc:  # a baseline that cannot run here (e.g. torch.compile w/o compiler)
                 errors[name] = str(exc)[-400:]
                 problem.baselines.pop(name)
