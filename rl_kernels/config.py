@@ -186,10 +186,103 @@ class EvalConfig(_Strict):
     seed: int = 0
 
 
+class PolicyConfig(_Strict):
+    """The model that writes kernels and how it samples (DESIGN.md "Learning")."""
+
+    backend: Literal["hf", "vllm"] = "hf"
+    model: str = "SmolLM2-135M-Instruct"
+    device: str = "cpu"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    group_size: int = Field(8, ge=2)           # G completions per prompt (GRPO needs >= 2)
+    max_new_tokens: int = Field(1024, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    batch_size: int = Field(8, ge=1)           # sequences per generate() call on one generator
+
+
+class PromptConfig(_Strict):
+    """Contrastive-RL prompts: exemplars from the archive, bucketed by speedup."""
+
+    mode: Literal["contrastive", "plain"] = "contrastive"
+    num_exemplars: int = Field(2, ge=0)
+    num_buckets: int = Field(4, ge=1)
+    tau: float = Field(1.0, gt=0)
+
+
+class ClusterConfig(_Strict):
+    """Actor counts and fault tolerance. Every count is a config value; nothing assumes one node."""
+
+    ray_address: str | None = None             # None: start (or join) a local Ray
+    num_cpus: int | None = Field(None, ge=1)   # local Ray only; None = all cores
+    num_generators: int = Field(1, ge=1)
+    generator_num_gpus: float = Field(0.0, ge=0)
+    num_compilers: int = Field(2, ge=1)
+    num_timers: int = Field(1, ge=1)
+    compile_queue_depth: int = Field(8, ge=1)  # builds waiting per compile actor before producers wait
+    compiler_max_restarts: int = Field(3, ge=0)
+    timer_max_restarts: int = Field(3, ge=0)
+    generator_max_restarts: int = Field(3, ge=0)
+    actor_retries: int = Field(1, ge=0)        # in-flight work retried this often after its actor died
+    restart_timeout_s: float = Field(300.0, gt=0)
+
+
+class RolloutConfig(_Strict):
+    """The producer half: how much to generate and how groups are admitted."""
+
+    max_groups: int | None = Field(16, ge=1)   # stop after this many groups (None: time budget only)
+    time_budget_s: float | None = Field(None, gt=0)
+    max_staleness: int = Field(2, ge=0)
+    batch_groups: int = Field(4, ge=1)         # groups per learner batch (the staleness manager's unit)
+    filter_zero_variance: bool = True
+    tasks: list[str] | None = None             # task ids from the suite; None = every task
+    seed: int = 0
+    slot_poll_s: float = Field(0.5, gt=0)      # how often a producer asks again for a slot
+
+    @model_validator(mode="after")
+    def _stops(self) -> "RolloutConfig":
+        if self.max_groups is None and self.time_budget_s is None:
+            raise ValueError("rollout needs max_groups or time_budget_s, or it never ends")
+        return self
+
+
+class MetricsConfig(_Strict):
+    """One sink: W&B (offline unless a project and a key are configured) and run_dir/metrics.jsonl."""
+
+    wandb: bool = True
+    wandb_project: str | None = None
+    wandb_entity: str | None = None
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    interval_s: float = Field(10.0, gt=0)      # how often the driver logs pipeline gauges
+
+
 class Config(_Strict):
     run_dir: Path = Path("runs/default")
     suite: str = "builtin"
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    prompts: PromptConfig = Field(default_factory=PromptConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+
+    @model_validator(mode="after")
+    def _combinations(self) -> "Config":
+        on_gpu = self.policy.device.startswith("cuda")
+        if self.policy.backend == "vllm" and not on_gpu:
+            raise ValueError("policy.backend vllm needs a GPU: set policy.device=cuda")
+        if on_gpu and self.cluster.generator_num_gpus == 0:
+            raise ValueError("policy.device is cuda but cluster.generator_num_gpus is 0: Ray would hide "
+                             "every GPU from the generators; give each generator a GPU (1)")
+        if not on_gpu and self.cluster.generator_num_gpus > 0:
+            raise ValueError("cluster.generator_num_gpus > 0 with policy.device cpu reserves GPUs nobody uses")
+        shares = on_gpu and self.eval.backend == "cuda" and self.cluster.generator_num_gpus < 1
+        if shares and not self.eval.shared_device:
+            raise ValueError(
+                "a generator with a fraction of a GPU (cluster.generator_num_gpus < 1) would share it with "
+                "a timer; timers need exclusive devices. For a single-GPU smoke run say so with "
+                "eval.shared_device=true: every measurement is then marked as taken on a shared device")
+        return self
 
 
 class ConfigError(ValueError):
