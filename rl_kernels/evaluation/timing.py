@@ -41,6 +41,9 @@ class Samples:
     guard_gap_ms: dict[str, float] = field(default_factory=dict)
     rechecked: int = 0
     sm_clock_mhz: float | None = None
+    # Every timed call in the order it ran: (side, pool set, ms).  Kept so a bias between sides can
+    # be traced to pool sets or positions (docs/EVALUATOR.md, "Noise").
+    trace: list[tuple[str, int, float]] = field(default_factory=list)
 
 
 def median(xs: list[float]) -> float:
@@ -88,31 +91,47 @@ class IntervalClock:
         self.rng = rng
         self.perf_counter = time.perf_counter
         if self.cuda:
-            self.start = torch.cuda.Event(enable_timing=True)
-            self.end = torch.cuda.Event(enable_timing=True)
+            self.event = torch.cuda.Event   # bound before the candidate runs, like the other timers
             self.sync = torch.cuda.synchronize
 
-    def measure(self, side: Side, i: int, *, guard: bool = False) -> tuple[float, Any]:
+    def enqueue(self, side: Side, i: int, *, guard: bool = False) -> tuple[Any, Any]:
+        """`kernel` mode on cuda: queue prepare, flush, spin and the timed call; no host sync.
+
+        Returns (pending interval, outputs).  The interval's events are resolved later, so calls
+        can be queued back to back and the GPU need not idle between samples (sustained load, as
+        in a training or serving loop, and as triton's do_bench times).  `guard` puts a
+        device-wide synchronize before the end event (the sync guard's re-timing).
+        """
         side.prepare(i)
+        if self.flusher is not None and self.cfg.flush_l2:
+            self.flusher()
+        # The flush and a short spin keep the GPU busy while the host enqueues the start event
+        # and the call, so host launch latency never lands inside the interval.
+        if self.cfg.launch_cover_cycles:
+            torch.cuda._sleep(self.cfg.launch_cover_cycles)
+        start, end = self.event(enable_timing=True), self.event(enable_timing=True)
+        start.record()
+        out = side.run(i)
+        if guard:
+            self.sync()
+        end.record()
+        return (start, end), out
+
+    def measure(self, side: Side, i: int, *, guard: bool = False) -> tuple[float, Any]:
+        """One call, timed and synchronised."""
         mode = self.cfg.mode
         if mode == "kernel":
+            if self.cuda:
+                (start, end), out = self.enqueue(side, i, guard=guard)
+                self.sync()
+                return start.elapsed_time(end), out
+            side.prepare(i)
             if self.flusher is not None and self.cfg.flush_l2:
                 self.flusher()
-            if self.cuda:
-                # No host sync here: the flush and a short spin kernel keep the GPU busy while the
-                # host enqueues the start event and the call, so launch latency stays outside.
-                if self.cfg.launch_cover_cycles:
-                    torch.cuda._sleep(self.cfg.launch_cover_cycles)
-                self.start.record()
-                out = side.run(i)
-                if guard:
-                    self.sync()
-                self.end.record()
-                self.sync()
-                return self.start.elapsed_time(self.end), out
             t0 = self.perf_counter()
             out = side.run(i)
             return (self.perf_counter() - t0) * 1e3, out
+        side.prepare(i)
         if mode == "server":
             gap = min(self.rng.expovariate(self.cfg.server_qps), self.cfg.server_max_gap_ms / 1e3)
             time.sleep(gap)
@@ -154,19 +173,41 @@ def interleaved(
     late = range(cfg.samples // 2, cfg.samples)
     checks = set(rng.sample(late, k=min(recheck_calls, len(late)))) if recheck else set()
     deadline = time.monotonic() + cfg.max_seconds
+    queued = device.startswith("cuda") and cfg.mode == "kernel" and cfg.sync_every > 1
+    pending: list[tuple[str, int, Any]] = []
+
+    def resolve() -> None:
+        """Read back the queued intervals (one host sync for the whole batch)."""
+        if pending:
+            clock.sync()
+        for name, i, (start, end) in pending:
+            ms = start.elapsed_time(end)
+            result.ms[name].append(ms)
+            result.trace.append((name, i, ms))
+        pending.clear()
+
     for k in range(cfg.samples):
         order = names if k % 2 == 0 else names[::-1]
         for name in order:
             # A random pool set per call: no side is tied to a fixed subset of the pool, and the
             # candidate cannot predict which buffers come next.
             i = rng.randrange(pool_size)
-            ms, out = clock.measure(sides[name], i)
-            result.ms[name].append(ms)
-            if recheck is not None and name == recheck_side and k in checks:
+            checked = recheck is not None and name == recheck_side and k in checks
+            if queued:
+                interval, out = clock.enqueue(sides[name], i)
+                pending.append((name, i, interval))
+                if checked or len(pending) >= cfg.sync_every:
+                    resolve()   # a checked call's outputs are read before set i is used again
+            else:
+                ms, out = clock.measure(sides[name], i)
+                result.ms[name].append(ms)
+                result.trace.append((name, i, ms))
+            if checked:
                 recheck(i, out)
                 result.rechecked += 1
         if k >= 29 and time.monotonic() > deadline:
             break
+    resolve()
     if device.startswith("cuda") and cfg.mode == "kernel":
         result.sm_clock_mhz = sm_clock_mhz()
         for name in names:
