@@ -21,17 +21,15 @@ short still reports what it finished.  Sections (all by default, in this order):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import statistics
 import sys
-import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import yaml
@@ -61,13 +59,8 @@ HONEST = [("honest/hgemm_cuda_fp32.cu", "hgemm/fp32/1024_1024_1024"),
           ("hgemm/cute_sm90.cu", "hgemm/fp32/4096_4096_4096"),
           ("seed:fp16", "hgemm/fp16/1024_1024_1024"),
           ("honest/relu_cuda.py", "file:honest/tasks/relu.py")]
-# Timing protocol variants compared against do_bench: name -> timing overrides.
-VARIANTS: dict[str, dict[str, Any]] = {
-    "sync1": {"sync_every": 1},            # host sync after every call (GPU idles between samples)
-    "sync8": {"sync_every": 8},
-    "sync64": {"sync_every": 64},          # queued back to back, one host sync per 64 calls
-    "sync64_nospin": {"sync_every": 64, "launch_cover_cycles": 0},
-}
+# Noise is measured under these timing overrides of the config.
+NOISE_VARIANTS: dict[str, dict[str, Any]] = {"queued": {}, "sync1": {"sync_every": 1}}
 
 
 class Report:
@@ -99,81 +92,67 @@ def _fmt(v: Any) -> str:
     return str(v).replace("|", "/").replace("\n", " ")[:120]
 
 
-class GpuMonitor:
-    """Samples the SM clock and board power through NVML every few ms on a background thread.
-
-    `window()` brackets a measurement; its means say which clock regime the measurement ran in
-    (the H200 lowers its clock under sustained tensor-core load to stay within its power limit).
-    """
-
-    def __init__(self, period_s: float = 0.002):
-        import pynvml
-
-        pynvml.nvmlInit()
-        self.nvml = pynvml
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-        self.samples: list[tuple[float, float, float]] = []
-        self.period_s = period_s
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        nv = self.nvml
-        while not self.stop.is_set():
-            clk = nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM)
-            watts = nv.nvmlDeviceGetPowerUsage(self.handle) / 1e3
-            self.samples.append((time.monotonic(), float(clk), watts))
-            time.sleep(self.period_s)
-
-    @contextlib.contextmanager
-    def window(self, into: dict[str, Any], prefix: str) -> Iterator[None]:
-        t0 = time.monotonic()
-        yield
-        t1 = time.monotonic()
-        inside = [(c, w) for t, c, w in self.samples if t0 <= t <= t1]
-        into[prefix + "_mhz"] = statistics.mean(c for c, _ in inside) if inside else None
-        into[prefix + "_W"] = statistics.mean(w for _, w in inside) if inside else None
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
 def _with_timing(cfg: EvalConfig, overrides: dict[str, Any]) -> EvalConfig:
     return cfg.model_copy(update={"timing": cfg.timing.model_copy(update=overrides)})
 
 
-def fidelity(cfg: EvalConfig, mon: GpuMonitor) -> list[dict[str, Any]]:
-    """Per shape: do_bench on fixed buffers and on our rotating pool, and our protocol variants."""
+def _poison_only_median(problem: HgemmProblem, cfg: EvalConfig) -> float:
+    """Our protocol with the inputs' fresh values switched off (outputs still poisoned): isolates
+    what the refresh work between timed calls does to the timed calls."""
+    pool = [problem.make_set("normal", 200 + j) for j in range(pool_size(problem, "cuda", cfg))]
+    side = Side(lambda i: problem.call_baseline("torch_matmul", pool[i]), lambda i: problem.prepare(pool[i]))
+    flusher = Flusher("cuda", 2 * cache_bytes("cuda", cfg))
+    res = interleaved({"m": side}, len(pool), cfg.timing, "cuda", flusher)
+    return statistics.median(res.ms["m"])
+
+
+def fidelity(cfg: EvalConfig, rounds: int = 3) -> list[dict[str, Any]]:
+    """Per shape, `rounds` rounds of: do_bench (fixed buffers), our timing as configured, our timing
+    with a host sync per call, ours without fresh input values, and do_bench of the GEMM inside our
+    per-call load (do_bench(refresh + poison + GEMM) - do_bench(refresh + poison)).  Ratios are taken
+    within a round (same thermal state) and the median over rounds is reported."""
     from triton.testing import do_bench
 
+    sync1 = _with_timing(cfg, {"sync_every": 1})
     rows = []
     for m, n, k in FIDELITY_SHAPES:
         spec = HgemmSpec(m, n, k, "fp32")
         problem = HgemmProblem(spec, "cuda", cfg)
-        row: dict[str, Any] = {"M_N_K": f"{m}_{n}_{k}", "GFLOP": spec.flops / 1e9}
         s = problem.make_set("normal", 1)
         a, b, c = s.args[0], s.args[1], s.outputs[0]
-        with mon.window(row, "do_bench"):
-            ref = do_bench(lambda: torch.matmul(a, b, out=c), warmup=25, rep=100, return_mode="median")
-        row["do_bench_ms"] = ref
         pool = [problem.make_set("normal", 100 + j) for j in range(pool_size(problem, "cuda", cfg))]
+        gen = torch.Generator(device="cuda").manual_seed(3)
         nxt = iter(range(10**9))
 
-        def rotating() -> None:
+        def prep() -> Any:
             p = pool[next(nxt) % len(pool)]
+            problem.refresh(p, "normal", gen)
+            problem.prepare(p)
+            return p
+
+        def prep_and_gemm() -> None:
+            p = prep()
             torch.matmul(p.args[0], p.args[1], out=p.outputs[0])
 
-        with mon.window(row, "do_bench_pool"):
-            row["do_bench_pool_ratio"] = do_bench(rotating, warmup=25, rep=100, return_mode="median") / ref
-        pool.clear()
-        for name, over in VARIANTS.items():
-            vcfg = _with_timing(cfg, over)
-            with mon.window(row, name):
-                res = timing(problem, vcfg, "cuda", 0, "torch_matmul", candidate=False)
-            row[name + "_ratio"] = statistics.median(res["samples_ms"]["torch_matmul"]) / ref
+        cols: dict[str, list[float]] = {key: [] for key in ("do_bench_ms", "ours", "ours_sync1", "ours_no_refresh",
+                                                             "do_bench_in_our_load")}
+        for _ in range(rounds):
+            ref = do_bench(lambda: torch.matmul(a, b, out=c), warmup=25, rep=100, return_mode="median")
+            cols["do_bench_ms"].append(ref)
+            for key, ccfg in (("ours", cfg), ("ours_sync1", sync1)):
+                res = timing(problem, ccfg, "cuda", 0, "torch_matmul", candidate=False)
+                cols[key].append(statistics.median(res["samples_ms"]["torch_matmul"]) / ref)
+            cols["ours_no_refresh"].append(_poison_only_median(problem, cfg) / ref)
+            loaded = (do_bench(prep_and_gemm, warmup=25, rep=100, return_mode="median")
+                      - do_bench(prep, warmup=25, rep=100, return_mode="median"))
+            cols["do_bench_in_our_load"].append(loaded / ref)
+        row: dict[str, Any] = {"M_N_K": f"{m}_{n}_{k}", "GFLOP": spec.flops / 1e9}
+        row.update({key: statistics.median(v) for key, v in cols.items()})
+        row["ours_vs_in_load"] = row["ours"] / row["do_bench_in_our_load"]
+        row["ours_rounds"] = [round(x, 4) for x in cols["ours"]]
+        row["TFLOP/s_ours"] = spec.flops / (row["ours"] * row["do_bench_ms"]) / 1e9
         rows.append(row)
+        pool.clear()
         torch.cuda.empty_cache()
     return rows
 
@@ -192,13 +171,16 @@ def _trace_bias(trace: list[tuple[str, int, float]]) -> dict[str, float]:
     first = [ms for j, (_, _, ms) in enumerate(trace) if j % 2 == 0]
     second = [ms for j, (_, _, ms) in enumerate(trace) if j % 2 == 1]
     out["second_over_first"] = statistics.median(second) / statistics.median(first)
+    overall = statistics.median(ms for _, _, ms in trace)
+    out["by_call_index_mod4"] = [round(statistics.median(ms for j, (_, _, ms) in enumerate(trace) if j % 4 == q)
+                                       / overall, 4) for q in range(4)]
     return out
 
 
 def noise(cfg: EvalConfig, repeats: int = 5) -> list[dict[str, Any]]:
     rows = []
-    for variant in ("sync1", "sync64"):
-        vcfg = _with_timing(cfg, VARIANTS[variant])
+    for variant, over in NOISE_VARIANTS.items():
+        vcfg = _with_timing(cfg, over)
         for m, n, k in NOISE_SHAPES:
             problem = HgemmProblem(HgemmSpec(m, n, k, "fp32"), "cuda", vcfg)
             size = pool_size(problem, "cuda", vcfg)
@@ -226,9 +208,12 @@ def noise(cfg: EvalConfig, repeats: int = 5) -> list[dict[str, Any]]:
                          "speedups": [round(x, 4) for x in speedups],
                          "max_abs_log_speedup": max(abs(math.log(x)) for x in speedups),
                          "pair_ratio_iqr_median": statistics.median(spreads),
-                         **{f"b/a_{key}": v for key, v in bias.items() if key != "second_over_first"},
+                         **{f"b/a_{key}": v for key, v in bias.items()
+                            if key not in ("second_over_first", "by_call_index_mod4")},
+                         "by_call_index_mod4": bias["by_call_index_mod4"],
                          "second/first_in_pair": bias["second_over_first"],
-                         "median_ms": statistics.median(ms for _, _, ms in traces)})
+                         "median_ms": statistics.median(ms for _, _, ms in traces),
+                         "trace": [[nm[-1], i, round(ms, 5)] for nm, i, ms in traces]})
             pool.clear()
             torch.cuda.empty_cache()
     return rows
@@ -334,12 +319,11 @@ def main() -> int:
     setup_device("cuda", cfg)
     rep = Report(out)
     rep.data["timing_config"] = cfg.timing.model_dump()
-    mon = GpuMonitor()
     runners: dict[str, tuple[Callable[[], list[dict[str, Any]]], str]] = {
         "build": (lambda: prebuild(cfg), "all candidates built in parallel (16 threads)"),
-        "fidelity": (lambda: fidelity(cfg, mon),
-                     "torch.matmul fp16 (fp32 acc); ratio = our median / do_bench median (fixed buffers); "
-                     "_mhz/_W = mean SM clock / board power while that measurement ran"),
+        "fidelity": (lambda: fidelity(cfg),
+                     "torch.matmul fp16 (fp32 acc); columns after do_bench_ms are medians over 3 rounds "
+                     "of (time / do_bench time in the same round)"),
         "noise": (lambda: noise(cfg), "torch.matmul against itself, interleaved, 5 repeats of 30 pairs; "
                                       "b/a_* = median(self_b)/median(self_a) within a subset of calls"),
         "candidates": (lambda: candidates(cfg), "whole evaluator: gate, build, sandbox, correctness, timing"),
@@ -356,7 +340,6 @@ def main() -> int:
         rep.data.setdefault("section_seconds", {})[name] = time.monotonic() - t0
         rep.save()
         print(f"{name}: {time.monotonic() - t0:.1f}s", flush=True)
-    mon.close()
     print((out / "gpu_evaluator.md").read_text())
     return 0
 

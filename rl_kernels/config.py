@@ -123,8 +123,9 @@ class TimingConfig(_Strict):
     flush_l2: bool = True
     launch_cover_cycles: int = Field(200_000, ge=0)   # GPU spin before the start event (~100 us)
     # kernel mode on cuda: timed calls queued back to back, one host sync per this many calls.
-    # 1 = sync after every call (the GPU idles while the host works between samples).
-    sync_every: int = Field(1, ge=1)
+    # 1 = sync after every call (the GPU idles while the host works between samples, which made
+    # 512^3..2048^3 GEMMs 2-15% faster than triton's do_bench on the H200; docs/EVALUATOR.md).
+    sync_every: int = Field(64, ge=1)
     # Timed inputs: one distribution for candidate and baseline alike (correctness covers all four);
     # the data's bit patterns change the GPU's power draw and clocks, so mixing them adds noise.
     input_distribution: Literal["normal", "uniform", "heavy_tailed", "mixed_sign"] = "normal"

@@ -44,26 +44,31 @@ def sample_like(t: torch.Tensor, dist: str, gen: torch.Generator) -> torch.Tenso
     return x.to(dtype=t.dtype, device=t.device)
 
 
-def refill_(t: torch.Tensor, dist: str, gen: torch.Generator) -> None:
-    """Overwrite a floating tensor in place with fresh values from `dist`, generated on its device.
+def refill_(t: torch.Tensor, dist: str, gen: torch.Generator, scale: float = 1.0) -> None:
+    """Overwrite a floating tensor in place with fresh values from `dist` times `scale`, generated
+    on its device.
 
     Used before every timed call, so that the same buffer never holds the same values twice: an
-    output cache keyed on pointers or on input values then returns stale results.
+    output cache keyed on pointers or on input values then returns stale results.  The common
+    distributions take the scale in the same pass: this runs between timed calls, and every extra
+    pass over a large input is GPU time that changes the clock regime the timed calls run in.
     """
     if dist == "normal":
-        t.normal_(generator=gen)
-    elif dist == "uniform":
-        t.uniform_(-1.0, 1.0, generator=gen)
-    elif dist == "heavy_tailed":
+        t.normal_(0.0, scale, generator=gen)
+        return
+    if dist == "uniform":
+        t.uniform_(-scale, scale, generator=gen)
+        return
+    if dist == "heavy_tailed":
         denom = torch.empty_like(t, dtype=torch.float32).normal_(generator=gen).abs_().add_(0.05)
-        t.copy_(torch.empty_like(denom).normal_(generator=gen).div_(denom).clamp_(-30, 30).div_(3))
+        t.copy_(torch.empty_like(denom).normal_(generator=gen).div_(denom).clamp_(-30, 30).mul_(scale / 3))
     elif dist == "mixed_sign":
         x = torch.empty_like(t, dtype=torch.float32).normal_(generator=gen)
         if x.dim() >= 1:
             scale_shape = (x.shape[0],) + (1,) * (x.dim() - 1)
             scales = torch.empty(scale_shape, device=t.device).uniform_(-1, 1, generator=gen)
             x.mul_(torch.pow(10.0, scales))
-        t.copy_(x)
+        t.copy_(x.mul_(scale))
     else:
         raise ValueError(f"unknown input distribution {dist!r}; choose from {DISTRIBUTIONS}")
 

@@ -100,10 +100,8 @@ class HgemmProblem:
     def refresh(self, s: InputSet, dist: str, gen: torch.Generator) -> None:
         """New values in the same buffers (B's column-major copy follows B)."""
         a, b, b_col_major = s.args
-        refill_(a, dist, gen)
-        refill_(b, dist, gen)
-        a.mul_(self.scale)
-        b.mul_(self.scale)
+        refill_(a, dist, gen, self.scale)
+        refill_(b, dist, gen, self.scale)
         b_col_major.view(self.spec.n, self.spec.k).copy_(b.t())
         s.reference = None
 

@@ -3,8 +3,10 @@
 Protocol (DESIGN.md, "Evaluation protocol" step 4):
 - `kernel` mode: per sample, outputs poisoned and the L2 (or the CPU caches) flushed *before* the
   timed region; CUDA events around the call on the current stream; a fresh input set from a
-  rotating pool larger than L2 per call; warm-up excluded.  Calls alternate AB / BA so neither side
-  profits from going first.  A separate *sync guard* re-times a few calls with a device-wide
+  rotating pool larger than L2 per call; warm-up excluded.  Sides are interleaved in rounds, each
+  round in a random order, so neither side profits from its position.  On cuda the calls are
+  queued back to back (`timing.sync_every` calls per host sync), so the GPU runs the protocol as a
+  sustained load without host-side idle gaps.  A separate *sync guard* re-times a few calls with a device-wide
   synchronize before the end event: work that escapes the stream (side streams, deferred launches)
   shows up as a gap between the two that the baseline does not have.  (Timing every sample with
   the synchronize inside the interval would add ~5-10 us of host latency per call and make small
@@ -187,7 +189,10 @@ def interleaved(
         pending.clear()
 
     for k in range(cfg.samples):
-        order = names if k % 2 == 0 else names[::-1]
+        # Each round runs every side once in a random order: a position effect (H200, 2026-12-02:
+        # one of the four positions of a strict ABBA cycle ran ~10% slower for small GEMMs, for
+        # reasons not found) then lands on both sides alike instead of biasing one of them.
+        order = rng.sample(names, k=len(names))
         for name in order:
             # A random pool set per call: no side is tied to a fixed subset of the pool, and the
             # candidate cannot predict which buffers come next.
