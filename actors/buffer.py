@@ -27,6 +27,7 @@ import ray
 from rl_kernels.archive import KernelArchive
 from rl_kernels.staleness import StalenessManager
 from rl_kernels.trajectories import Group, TrajectoryStore
+from rl_kernels.types import Measurement
 
 ZERO_VARIANCE = "zero_variance"
 
@@ -36,9 +37,9 @@ class ReplayBufferActor:
     """The one buffer of a run. `batch_groups` = groups the learner consumes per published version."""
 
     def __init__(self, run_dir: str, max_staleness: int, batch_groups: int, *,
-                 filter_zero_variance: bool = True) -> None:
+                 filter_zero_variance: bool = True, learner: bool = True) -> None:
         run = Path(run_dir)
-        self.manager = StalenessManager(max_staleness, batch_groups)
+        self.manager = StalenessManager(max_staleness, batch_groups, learner=learner)
         self.store = TrajectoryStore(run)
         self.archive = KernelArchive(run / "archive.sqlite")
         self.filter_zero_variance = filter_zero_variance
@@ -86,6 +87,14 @@ class ReplayBufferActor:
         async with self._arrived:
             self._arrived.notify_all()
         return status
+
+    async def archive_kernel(self, task_id: str, source: str, measurement: Measurement, policy_version: int,
+                             backend: str) -> bool:
+        """Archive a kernel measured outside any group (a task's seed); the archive's own gate
+        decides (only kernels that passed every gate enter). True when it entered."""
+        added = self.archive.add(task_id, source, measurement, policy_version=policy_version, backend=backend)
+        self._counts["archived"] += added
+        return bool(added)
 
     async def fail_group(self, group_id: str, reason: str) -> None:
         """A group that could not be produced at all (generator died): free its slot, count it."""

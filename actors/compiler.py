@@ -1,7 +1,7 @@
 """Compile pool actor: builds candidates on a CPU, never touching a GPU (DESIGN.md "Data flow").
 
-Thin on purpose: the build itself (guards are the evaluator's, the content-addressed cache, ninja,
-timeouts) lives in `rl_kernels.evaluation.build`, tested without Ray. A cache hit returns at once,
+Thin on purpose: the static gate (`rl_kernels.evaluation.guards`) and the build itself (the
+content-addressed cache, ninja, timeouts, `rl_kernels.evaluation.build`) are tested without Ray. A cache hit returns at once,
 so re-submitted kernels cost nothing. The returned `Build` carries the artifact bytes; callers pass
 the ObjectRef straight to a timer so the artifact moves through the object store, node to node.
 
@@ -19,6 +19,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.build import build_candidate
+from rl_kernels.evaluation.guards import static_check
 from rl_kernels.evaluation.reasons import Reason
 from rl_kernels.types import Build, Task
 
@@ -38,6 +39,12 @@ class CompilerActor:
         return True
 
     def build(self, task: Task, source: str) -> Build:
+        """The static gate, then the build: a candidate the gate rejects is never compiled (a module
+        candidate's build runs its Python to capture `load_inline` calls)."""
+        allow = task.allow_torch_ops or self.cfg.allow_torch_rewrites
+        verdict = static_check(task, source, self.cfg.backend, allow_torch_ops=allow)
+        if verdict.reason is not None:
+            return Build(key="", ok=False, log=verdict.detail, reason=verdict.reason.value)
         return build_candidate(task, source, self.cfg.backend, self.cfg.build)
 
 

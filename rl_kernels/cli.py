@@ -1,4 +1,4 @@
-"""`rl-kernels` command line: eval | tasks | bench (train/rollout/report arrive with the RL loop).
+"""`rl-kernels` command line: eval | tasks | bench | rollout (train/report arrive with the learner).
 
 Every subcommand takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`) and
 `--dry-run`, which prints the resolved config and exits.
@@ -154,6 +154,36 @@ def _summary_line(s: dict[str, Any]) -> str:
             f"median {med}, fast_1.0 {s['fast_1.0']:.2f}, fast_1.2 {s['fast_1.2']:.2f}, rejected {s['rejected']}")
 
 
+def cmd_rollout(args: argparse.Namespace, cfg: Config) -> int:
+    """The producer half on Ray (imported here: the library itself never imports Ray)."""
+    from cluster.driver import RolloutDriver, RunDirError
+
+    try:
+        summary = RolloutDriver(cfg, resume=args.resume, progress=not args.no_progress).run()
+    except RunDirError as exc:
+        raise ConfigError(str(exc)) from None
+    print(_rollout_summary(summary))
+    return 0
+
+
+def _rollout_summary(s: dict[str, Any]) -> str:
+    p = s["pipeline"]
+    best = s["best_speedup_per_task"]
+    lines = [
+        f"rollout: {s['groups']} groups, {s['completions']} completions in {s['wall_s']:.0f} s "
+        f"({p['pipeline/candidates_per_min']:.1f} candidates/min, {p['pipeline/evaluated_per_min']:.1f} evaluated/min)",
+        f"  parsed {s['parsed']}, compiled {s['compiled']}, correct {s['correct']}; "
+        f"groups {s['group_status']}",
+        f"  utilisation: generators {p['pipeline/util/generators']:.2f}, compilers {p['pipeline/util/compilers']:.2f}, "
+        f"timers {p['pipeline/util/timers']:.2f} (timed fraction {p['pipeline/timer_timed_fraction']:.3f}); "
+        f"producer blocked {p['pipeline/idle/producer_blocked']:.2f}",
+        "  top rejections: " + ", ".join(f"{k} {v}" for k, v in list(s["rejections"].items())[:6]),
+        "  best speedup per task: " + (", ".join(f"{t} {x:.2f}x" for t, x in best.items()) or "none correct yet"),
+        f"  run directory: {s['run_dir']} (trajectories.jsonl, archive.sqlite, metrics.jsonl, {'rollout_summary.json'})",
+    ]
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rl-kernels", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -174,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=0, help="evaluate at most this many candidates")
     p.add_argument("--out", help="append one JSON line per measurement to this file")
     _common(p)
+    p = sub.add_parser("rollout", help="generate, compile and time groups on Ray (no learning): search and "
+                                       "pipeline benchmark")
+    p.add_argument("--resume", action="store_true", help="continue the search in an existing run directory")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _common(p)
     return parser
 
 
@@ -184,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dry_run:
             print(dump_config(cfg), end="")
             return 0
-        handler = {"eval": cmd_eval, "tasks": cmd_tasks, "bench": cmd_bench}[args.command]
+        handler = {"eval": cmd_eval, "tasks": cmd_tasks, "bench": cmd_bench, "rollout": cmd_rollout}[args.command]
         return handler(args, cfg)
     except (ConfigError, TaskError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -24,6 +24,12 @@ Every group id lives exactly one life; the id is never reused:
                           -> filtered(reason)   scored but useless to the learner (zero variance, ...)
                           -> failed(reason)     never scored (a crash; lost_on_restart after a resume)
 
+Search mode (`learner=False`, `rl-kernels rollout`): no learner publishes versions, so version 0
+is the only one and the rule above would stop production for good after (max_staleness + 1) *
+batch_groups groups. There the budget is a plain bound on work in flight: groups running or
+accepted-and-not-yet-consumed, (max_staleness + 1) * batch_groups of them at most; the consumer
+(the rollout driver) frees slots by consuming.
+
 The books (submitted == accepted + filtered + failed + running, and accepted == consumed +
 dropped_stale + buffered) are checked after every mutation. The object is pure: no threads, no I/O.
 It is not thread-safe; its owner (the replay buffer actor) serialises calls, which an async actor
@@ -61,9 +67,10 @@ def _check_reason(reason: object) -> None:
 class StalenessManager:
     """Producer-side admission (slots, backpressure) and consumer-side staleness for whole groups."""
 
-    def __init__(self, max_staleness: int, batch_groups: int) -> None:
+    def __init__(self, max_staleness: int, batch_groups: int, *, learner: bool = True) -> None:
         self.max_staleness = _check_int("max_staleness", max_staleness, 0)
         self.batch_groups = _check_int("batch_groups", batch_groups, 1)
+        self.learner = learner
         self._version = 0
         self._running: dict[str, int] = {}  # id -> policy version it is generated with
         self._buffered: dict[str, int] = {}  # id -> version, accepted and waiting, in acceptance order
@@ -83,6 +90,8 @@ class StalenessManager:
 
     def capacity(self) -> int:
         """How many more groups may start now; never negative (a slot is taken only when >= 1)."""
+        if not self.learner:
+            return (self.max_staleness + 1) * self.batch_groups - (len(self._buffered) + len(self._running))
         budget = (self.max_staleness + self._version + 1) * self.batch_groups
         return budget - (self._accepted - self._dropped_stale + len(self._running))
 
@@ -186,6 +195,8 @@ class StalenessManager:
     def set_version(self, version: int) -> None:
         """The learner published `version`. Re-announcing the current one (on resume) is a no-op."""
         _check_int("version", version, 0)
+        if not self.learner and version != self._version:
+            raise ValueError("search mode (learner=False) has no learner: the policy version stays 0")
         if version < self._version:
             raise ValueError(f"policy versions only grow: got v{version} after v{self._version}")
         self._version = version
@@ -234,6 +245,7 @@ class StalenessManager:
         return {
             "max_staleness": self.max_staleness,
             "batch_groups": self.batch_groups,
+            "learner": self.learner,
             "version": self._version,
             "running": dict(self._running),
             "buffered": dict(self._buffered),
@@ -253,8 +265,8 @@ class StalenessManager:
         max_staleness and batch_groups must match: the budget already handed out was computed with
         them, so changing them mid-run would make the capacity meaningless.
         """
-        for key in ("max_staleness", "batch_groups"):
-            if state[key] != getattr(self, key):
+        for key in ("max_staleness", "batch_groups", "learner"):
+            if state.get(key, True) != getattr(self, key):
                 raise ValueError(
                     f"checkpoint was saved with {key}={state[key]}, this manager has {getattr(self, key)}"
                 )

@@ -82,6 +82,9 @@ def _environment(scratch: Path, threads: int | None) -> dict[str, str]:
                TRITON_CACHE_DIR=str(scratch / "triton"))
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    # torch.compile (a baseline) compiles in this process instead of a pool of worker processes
+    # that would outlive the evaluation and read as processes the candidate left running.
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env

@@ -83,6 +83,14 @@ def sm_clock_mhz() -> float | None:
         return None
 
 
+# Bound when this module is imported, before any candidate code runs in the process: a candidate
+# that replaces torch.cuda.synchronize or Event cannot change how it is timed (the worker also
+# rejects it for the replacement, `timer_patched`).
+_SYNCHRONIZE = torch.cuda.synchronize
+_EVENT = torch.cuda.Event
+_SLEEP = torch.cuda._sleep
+
+
 class IntervalClock:
     """Measures one call under the configured mode on the configured device."""
 
@@ -93,8 +101,8 @@ class IntervalClock:
         self.rng = rng
         self.perf_counter = time.perf_counter
         if self.cuda:
-            self.event = torch.cuda.Event   # bound before the candidate runs, like the other timers
-            self.sync = torch.cuda.synchronize
+            self.event = _EVENT
+            self.sync = _SYNCHRONIZE
 
     def enqueue(self, side: Side, i: int, *, guard: bool = False) -> tuple[Any, Any]:
         """`kernel` mode on cuda: queue prepare, flush, spin and the timed call; no host sync.
@@ -110,7 +118,7 @@ class IntervalClock:
         # The flush and a short spin keep the GPU busy while the host enqueues the start event
         # and the call, so host launch latency never lands inside the interval.
         if self.cfg.launch_cover_cycles:
-            torch.cuda._sleep(self.cfg.launch_cover_cycles)
+            _SLEEP(self.cfg.launch_cover_cycles)
         start, end = self.event(enable_timing=True), self.event(enable_timing=True)
         start.record()
         out = side.run(i)

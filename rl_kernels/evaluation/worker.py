@@ -232,6 +232,13 @@ def timer_identities() -> dict[str, Any]:
     return ids
 
 
+def check_identities(before: dict[str, Any]) -> None:
+    """Reject a candidate that replaced a timing function (checked before and after timing)."""
+    changed = [k for k, v in timer_identities().items() if before.get(k) is not v]
+    if changed:
+        raise Rejected(Reason.TIMER_PATCHED, f"timing functions were replaced: {', '.join(changed)}")
+
+
 def unpack_candidate(job: dict[str, Any], scratch: Path) -> Path:
     from rl_kernels.evaluation.artifact import unpack_artifact
 
@@ -295,11 +302,10 @@ def run_job(job: dict[str, Any], scratch: Path, report: Reporter) -> dict[str, A
     result.update(correctness(problem, cfg, device, seed))
     if problem.kind == "module" and not (task.allow_torch_ops or cfg.allow_torch_rewrites):
         audit_torch_ops(problem, cfg, device, seed)
+    check_identities(identities)
     report.phase("timing")
     result.update(timing(problem, cfg, device, seed, job["baseline"], candidate=True))
-    changed = [k for k, v in timer_identities().items() if identities.get(k) is not v]
-    if changed:
-        raise Rejected(Reason.TIMER_PATCHED, f"timing functions were replaced: {', '.join(changed)}")
+    check_identities(identities)
     if violations.items:
         kind, detail = violations.items[0]
         raise Rejected(Reason(kind), f"sandbox refused: {detail}")

@@ -1,7 +1,8 @@
 """Policy backends: sample completions from the current (or a recent) LoRA version of the LLM.
 
 The backends themselves (`rl_kernels.policy.hf.HFPolicy`) are imported from their modules, so
-importing the interface does not pull in transformers.
+importing the interface does not pull in transformers; `rl_kernels.policy.factory.make_policy`
+builds the one `PolicyConfig` names.
 """
 
 from rl_kernels.policy.base import (

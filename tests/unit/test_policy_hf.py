@@ -9,84 +9,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import (
-    AutoModelForCausalLM,
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedTokenizerFast,
-)
+from peft import PeftModel
+from tiny_model import PROMPTS, save_tiny_llama, save_tiny_lora
+from transformers import AutoModelForCausalLM
 
 from rl_kernels.policy import Completion, SamplingParams, adapter_name, resolve_model
 from rl_kernels.policy.hf import HFPolicy
 
-WORDS = (
-    "write a fast cuda kernel for matrix multiply use shared memory tiles and warps please"
-).split()
-CHAT_TEMPLATE = (
-    "<s>{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} </s> {% endfor %}"
-    "{% if add_generation_prompt %}assistant :{% endif %}"
-)
-PROMPTS = [
-    [{"role": "user", "content": "write a fast cuda kernel"}],
-    [
-        {"role": "system", "content": "use shared memory"},
-        {"role": "user", "content": "write a matrix multiply kernel with tiles and warps please"},
-    ],
-]
-
-
-def _tokenizer() -> PreTrainedTokenizerFast:
-    specials = ["<unk>", "<s>", "</s>", "<pad>"]
-    vocab = {w: i for i, w in enumerate([*specials, "user", "system", "assistant", ":", *WORDS])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="<unk>",
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        chat_template=CHAT_TEMPLATE,
-    )
-
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random 2-layer Llama (hidden 32) and a word-level tokenizer, saved like a checkpoint."""
-    root = tmp_path_factory.mktemp("tiny")
-    tok = _tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        initializer_range=0.2,  # peaked enough that adapters visibly change samples
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(root / "model")
-    tok.save_pretrained(root / "model")
-    return root / "model"
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")
 def adapter_dir(model_dir: Path) -> Path:
-    """adapters/policy-v1: LoRA with random B (init_lora_weights=False), so it is not a no-op."""
-    torch.manual_seed(1)
-    base = AutoModelForCausalLM.from_pretrained(model_dir)
-    lora = LoraConfig(
-        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False
-    )
-    out = model_dir.parent / "adapters" / adapter_name(1)
-    get_peft_model(base, lora).save_pretrained(out)
-    return out
+    """adapters/policy-v1, a LoRA adapter that changes the samples."""
+    return save_tiny_lora(model_dir, model_dir.parent / "adapters" / adapter_name(1))
 
 
 @pytest.fixture(scope="module")

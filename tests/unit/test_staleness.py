@@ -422,3 +422,39 @@ def test_out_of_order_pipeline_does_drop_and_counts_it() -> None:
         for seed in range(6)
     )
     assert dropped > 0
+
+
+def test_search_mode_bounds_work_in_flight_and_consuming_frees_slots() -> None:
+    """Without a learner (rollout), version 0 forever: consuming is what frees capacity."""
+    mgr = StalenessManager(1, 2, learner=False)
+    ids = [f"g{i}" for i in range(4)]
+    assert all(mgr.try_submit(gid, 0) for gid in ids)          # (1 + 1) * 2 = 4 in flight
+    assert not mgr.try_submit("g4", 0)                          # backpressure, nothing recorded
+    mgr.on_accepted("g0")
+    mgr.on_filtered("g1", "zero_variance")                      # a filtered group frees its slot
+    assert mgr.try_submit("g4", 0)
+    assert not mgr.try_submit("g5", 0)
+    mgr.on_consumed(["g0"])                                     # the consumer frees g0's slot
+    assert mgr.try_submit("g5", 0)
+    with pytest.raises(ValueError, match="no learner"):
+        mgr.set_version(1)
+    for _ in range(50):                                         # production never stalls for good
+        gid = f"x{mgr.stats()['submitted']}"
+        while not mgr.try_submit(gid, 0):
+            waiting = next(iter(mgr.state_dict()["buffered"]), None)
+            running = next(iter(mgr.state_dict()["running"]))
+            if waiting is not None:
+                mgr.on_consumed([waiting])
+            else:
+                mgr.on_accepted(running)
+    stats = mgr.stats()
+    assert stats["version"] == 0 and stats["running"] + stats["buffered"] <= 4
+
+
+def test_search_mode_state_does_not_load_into_a_learner_manager() -> None:
+    state = StalenessManager(1, 2, learner=False).state_dict()
+    with pytest.raises(ValueError, match="learner"):
+        StalenessManager(1, 2).load_state_dict(state)
+    restored = StalenessManager(1, 2, learner=False)
+    restored.load_state_dict(state)
+    assert restored.capacity() == 4

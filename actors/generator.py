@@ -1,0 +1,173 @@
+"""Generator actor: samples groups of completions with a versioned LoRA adapter (DESIGN.md "Data flow").
+
+Thin on purpose: sampling, behaviour logprobs and adapter bookkeeping (LRU over the last
+max_staleness + 2 versions) are the policy backend's (`rl_kernels.policy`), tested without Ray.
+What this actor adds is a process that holds the model, and the accounting of its work:
+
+- `generate` runs in the default group (one at a time: the backend samples one batch at a time
+  anyway). `load_adapter` has its own group, so an announced version waits only for the
+  generation running now, not for every queued one; the backend's lock (HFPolicy holds one
+  around both) keeps an adapter from changing or disappearing under a running generation.
+- `ready`, `loaded_versions` and `stats` run in a "control" group and never take the backend's
+  lock: they answer from a snapshot of the loaded versions (only `load_adapter` changes that
+  set), so a liveness ping does not wait for a generation.
+- If the actor dies, Ray restarts it (`max_restarts`) with the base model only: every adapter
+  loaded into the old process is gone. `generate` on a version this process lacks raises
+  `AdapterNotLoadedError`; `generate_or_fail` reloads the adapter from its path and generates
+  again, and retries a call that died with the actor once, then gives the group up (None), which
+  the driver records with the replay buffer's `fail_group(group_id, GENERATOR_FAILED)`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from actors.compiler import wait_until_restarted
+from rl_kernels.config import ClusterConfig, PolicyConfig
+from rl_kernels.policy import Completion, Messages, SamplingParams, adapter_name
+from rl_kernels.policy.factory import make_policy
+
+log = logging.getLogger(__name__)
+
+GENERATOR_FAILED = "generator_failed"  # fail_group reason: the generator died twice on this group
+
+
+class AdapterNotLoadedError(LookupError):
+    """`generate` was asked for a version this generator does not hold: evicted (older than the
+    last max_loaded_adapters loaded) or lost when Ray restarted the actor. Load it and retry."""
+
+    def __init__(self, version: int, loaded: list[int]) -> None:
+        super().__init__(version, loaded)  # the args rebuild it when Ray unpickles it in the caller
+        self.version = version
+        self.loaded = loaded
+
+    def __str__(self) -> str:
+        return (f"adapter version {self.version} ({adapter_name(self.version)}) is not loaded on this "
+                f"generator (loaded: {self.loaded}); a restarted generator holds only the base model: "
+                f"call load_adapter({self.version}, path) and retry")
+
+
+@ray.remote(max_concurrency=1, concurrency_groups={"control": 1, "adapters": 1})
+class GeneratorActor:
+    """One policy replica. Create it with `generator_options(...)` and
+    max_loaded_adapters = rollout.max_staleness + 2."""
+
+    def __init__(self, cfg: PolicyConfig, max_loaded_adapters: int) -> None:
+        self.cfg = cfg
+        self.policy = make_policy(cfg, max_loaded_adapters=max_loaded_adapters)
+        self._loaded = self.policy.loaded_versions()
+        self._in_flight: int | None = None  # adapter version being sampled now (read by `stats`)
+        self._counts = {"generate_calls": 0, "prompts": 0, "completions": 0, "generated_tokens": 0,
+                        "adapter_loads": 0}
+        self._busy_s = 0.0
+        self._started = time.monotonic()
+
+    @ray.method(concurrency_group="control")
+    def ready(self) -> dict[str, Any]:
+        """Resolves once the model is loaded (creation errors surface here), even mid-generation."""
+        return {"model": self.cfg.model, "device": self.cfg.device, "loaded_versions": list(self._loaded)}
+
+    def generate(self, prompts: list[Messages], params: SamplingParams,
+                 adapter_version: int) -> list[list[Completion]]:
+        """`params.n` completions per prompt, each stamped with `adapter_version`."""
+        t0 = time.monotonic()
+        self._in_flight = adapter_version
+        try:
+            groups = self.policy.generate(prompts, params, adapter_version)
+        except KeyError:  # the backend's "not loaded"; anything else is a bug and propagates as is
+            loaded = self.policy.loaded_versions()
+            if adapter_version in loaded:
+                raise
+            raise AdapterNotLoadedError(adapter_version, loaded) from None
+        finally:
+            self._in_flight = None
+            self._busy_s += time.monotonic() - t0
+        self._counts["generate_calls"] += 1
+        self._counts["prompts"] += len(prompts)
+        self._counts["completions"] += sum(len(g) for g in groups)
+        self._counts["generated_tokens"] += sum(len(c.token_ids) for g in groups for c in g)
+        return groups
+
+    @ray.method(concurrency_group="adapters")
+    def load_adapter(self, version: int, path: str) -> list[int]:
+        """Load `path` (a PEFT adapter directory) as `policy-v{version}`; returns the versions now
+        loaded. Idempotent, so the driver can announce a version again (e.g. after a restart)."""
+        self.policy.load_adapter(version, Path(path))
+        self._loaded = self.policy.loaded_versions()
+        self._counts["adapter_loads"] += 1
+        return list(self._loaded)
+
+    @ray.method(concurrency_group="control")
+    def loaded_versions(self) -> list[int]:
+        """Versions `generate` accepts, ascending (0, the base model, always)."""
+        return list(self._loaded)
+
+    @ray.method(concurrency_group="control")
+    def stats(self) -> dict[str, Any]:
+        """Counters since this process started (they reset when Ray restarts the actor; `pid` and
+        `restarted` tell a restarted generator from the original)."""
+        alive = time.monotonic() - self._started
+        busy = self._busy_s
+        return {**self._counts, "pid": os.getpid(),
+                "restarted": ray.get_runtime_context().was_current_actor_reconstructed,
+                "in_flight": self._in_flight, "loaded_versions": list(self._loaded), "busy_s": busy,
+                "busy_fraction": busy / alive if alive > 0 else 0.0,
+                "tokens_per_s": self._counts["generated_tokens"] / busy if busy > 0 else 0.0}
+
+
+def generator_options(cluster_cfg: ClusterConfig, policy_cfg: PolicyConfig) -> dict[str, Any]:
+    """Ray options for a generator. A cuda policy needs GPUs reserved, or Ray hides every device
+    from the actor; a cpu one must not reserve GPUs nobody uses."""
+    on_gpu = policy_cfg.device.startswith("cuda")
+    if on_gpu != (cluster_cfg.generator_num_gpus > 0):
+        raise ValueError(f"policy.device={policy_cfg.device} does not match "
+                         f"cluster.generator_num_gpus={cluster_cfg.generator_num_gpus}")
+    return {"num_gpus": cluster_cfg.generator_num_gpus, "num_cpus": 1,
+            "max_restarts": cluster_cfg.generator_max_restarts, "max_task_retries": 0}
+
+
+async def generate_or_fail(generator: ray.actor.ActorHandle, prompts: list[Messages],
+                           params: SamplingParams, version: int, *, adapter_path: str | None = None,
+                           retries: int = 1, restart_timeout_s: float = 300.0
+                           ) -> tuple[list[list[Completion]] | None, int]:
+    """Generate on `generator`, retrying up to `retries` times if the actor dies mid-call.
+
+    Returns (groups, retries_used); groups is None when every attempt died (or Ray could not bring
+    the generator back): the caller fails the group (`fail_group(..., GENERATOR_FAILED)`), so it is
+    accounted for exactly once. `adapter_path` is the directory of `version`'s adapter: a generator
+    that lacks the version (restarted, so it holds the base model only) loads it from there first.
+    Without it, AdapterNotLoadedError propagates. Errors raised by generation itself are bugs and
+    propagate; only actor death is retried (Ray does not re-run the call: `max_task_retries=0`).
+    """
+    last: RayActorError | None = None
+    tried = 0
+    for attempt in range(retries + 1):
+        if attempt and not await wait_until_restarted(generator, restart_timeout_s):
+            break  # dead for good (restarts used up) or not back in time: a retry cannot run
+        tried += 1
+        try:
+            return await _generate_reloading(generator, prompts, params, version, adapter_path), attempt
+        except RayActorError as exc:
+            last = exc
+    log.warning("generator died during %d attempt(s) on a v%d request; giving it up: %s", tried, version, last)
+    return None, tried - 1
+
+
+async def _generate_reloading(generator: ray.actor.ActorHandle, prompts: list[Messages],
+                              params: SamplingParams, version: int,
+                              adapter_path: str | None) -> list[list[Completion]]:
+    """One attempt; if the generator lacks `version`, load it from `adapter_path` and ask again."""
+    try:
+        return await generator.generate.remote(prompts, params, version)
+    except AdapterNotLoadedError:
+        if adapter_path is None:
+            raise
+    await generator.load_adapter.remote(version, adapter_path)
+    return await generator.generate.remote(prompts, params, version)

@@ -1,0 +1,61 @@
+"""Pools of interchangeable actors with the numbers the monitoring needs (queue depth, utilisation).
+
+A pool hands out idle actors one request at a time: `async with pool.use() as actor:` waits until
+one is free, so a pool of N compile actors runs N builds at once and everything else waits here,
+in the driver, where the wait is visible (`waiting` is the pool's queue depth) and costs no actor
+memory. Work is never pushed into an actor's mailbox ahead of time, so a dead actor takes at most
+its one in-flight request with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+
+class ActorPool:
+    def __init__(self, name: str, actors: list[Any]) -> None:
+        if not actors:
+            raise ValueError(f"pool {name!r} needs at least one actor")
+        self.name = name
+        self.actors = list(actors)
+        self._idle: asyncio.Queue[Any] = asyncio.Queue()
+        for actor in self.actors:
+            self._idle.put_nowait(actor)
+        self.waiting = 0             # requests queued for an actor now
+        self.busy = 0                # actors working now
+        self.requests = 0
+        self._busy_s = 0.0           # finished busy time, summed over actors
+        self._busy_since: dict[int, float] = {}
+        self._started = time.monotonic()
+
+    @asynccontextmanager
+    async def use(self) -> AsyncIterator[Any]:
+        self.waiting += 1
+        try:
+            actor = await self._idle.get()
+        finally:
+            self.waiting -= 1
+        self.busy += 1
+        self.requests += 1
+        token = id(object())
+        self._busy_since[token] = time.monotonic()
+        try:
+            yield actor
+        finally:
+            self._busy_s += time.monotonic() - self._busy_since.pop(token)
+            self.busy -= 1
+            self._idle.put_nowait(actor)
+
+    def busy_seconds(self) -> float:
+        """Actor-seconds spent on requests so far, the running ones included."""
+        now = time.monotonic()
+        return self._busy_s + sum(now - t for t in self._busy_since.values())
+
+    def utilisation(self) -> float:
+        """Fraction of the pool's actor-time spent working since it was created."""
+        elapsed = time.monotonic() - self._started
+        return self.busy_seconds() / (len(self.actors) * elapsed) if elapsed > 0 else 0.0

@@ -1,0 +1,53 @@
+"""From `PolicyConfig` to a backend and its sampling parameters, so the generator actor, the CLI
+and tests build the policy one way.
+
+The backend module is imported only when one is built: transformers (hf) and vLLM are heavy, and
+callers that only need `sampling_params` should not pay for them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rl_kernels.config import PolicyConfig
+from rl_kernels.policy.base import PolicyBackend, SamplingParams
+
+
+def torch_dtype(dtype: str, device: str) -> torch.dtype:
+    """`policy.dtype` as a torch dtype.  "auto" is fp32 on cpu (CPU bf16 matmuls are slow and
+    lossy) and bf16 on cuda (the training dtype of the learner)."""
+    if dtype == "auto":
+        return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def make_policy(cfg: PolicyConfig, *, max_loaded_adapters: int) -> PolicyBackend:
+    """Build the configured backend.  Pass max_loaded_adapters = rollout.max_staleness + 2, so a
+    request still in flight on the oldest admissible version finds its adapter loaded."""
+    if cfg.backend == "hf":
+        from rl_kernels.policy.hf import HFPolicy
+
+        return HFPolicy(
+            cfg.model,
+            device=cfg.device,
+            dtype=torch_dtype(cfg.dtype, cfg.device),
+            max_loaded_adapters=max_loaded_adapters,
+            batch_size=cfg.batch_size,
+        )
+    raise NotImplementedError(
+        f"policy.backend={cfg.backend!r} is not implemented yet (the vLLM backend is a later "
+        f"issue); use policy.backend=hf"
+    )
+
+
+def sampling_params(cfg: PolicyConfig, seed: int | None) -> SamplingParams:
+    """How one group is sampled: `group_size` completions of one prompt.  Give each group its own
+    seed (or None for fresh randomness) so groups differ while a run stays reproducible."""
+    return SamplingParams(
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        n=cfg.group_size,
+        seed=seed,
+    )

@@ -1,0 +1,136 @@
+"""The parts of producing a scored group that need no Ray: task order, prompts, trajectories.
+
+The driver (`cluster/driver.py`) moves work between actors; everything it decides about *content*
+is here, so it is tested without a cluster: which task comes next, which archived kernels a prompt
+shows, how a completion becomes a trajectory (parsed, or rejected with a reason code), and the
+running tallies the progress bar and the summary print.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl_kernels.archive import KernelArchive
+from rl_kernels.config import Backend, PromptConfig
+from rl_kernels.policy import Completion, Messages
+from rl_kernels.prompts import Exemplar, ParsedAnswer, build_prompt
+from rl_kernels.trajectories import Group, Trajectory
+from rl_kernels.types import Build, Measurement, Task
+
+SEED_POLICY_VERSION = -1
+"""Archive provenance of a task's seed kernel: measured before any policy wrote anything."""
+
+
+class TaskCycle:
+    """Tasks in a fresh random order each pass, every task once per pass: over a run each task gets
+    the same number of groups (within one), and no task is starved by an unlucky draw."""
+
+    def __init__(self, tasks: list[Task], rng: random.Random) -> None:
+        if not tasks:
+            raise ValueError("no tasks to roll out: the suite (or rollout.tasks) is empty")
+        self._tasks = list(tasks)
+        self._rng = rng
+        self._queue: list[Task] = []
+
+    def next(self) -> Task:
+        if not self._queue:
+            self._queue = self._rng.sample(self._tasks, k=len(self._tasks))
+        return self._queue.pop()
+
+
+@dataclass(frozen=True)
+class Prompt:
+    messages: Messages
+    mode: str              # the mode actually used: "contrastive", "plain", or "plain_fallback"
+    exemplar_speedups: list[float]
+
+
+def make_prompt(task: Task, backend: Backend, archive: KernelArchive, cfg: PromptConfig,
+                rng: random.Random) -> Prompt:
+    """A Contrastive-RL prompt with exemplars drawn from the task's archived kernels.
+
+    A task with nothing archived yet (no seed measured, or its seed failed) gets a plain prompt; the
+    fallback is recorded in the group (`prompt_mode`), never silent, so an ablation can tell.
+    """
+    if cfg.mode == "plain" or cfg.num_exemplars == 0:
+        return Prompt(build_prompt(task, backend, [], mode="plain"), "plain", [])
+    n = min(cfg.num_exemplars, cfg.num_buckets)
+    kernels = archive.sample_exemplars(task.id, backend, n, rng, num_buckets=cfg.num_buckets, tau=cfg.tau)
+    if not kernels:
+        return Prompt(build_prompt(task, backend, [], mode="plain"), "plain_fallback", [])
+    exemplars = [Exemplar(k.source, k.speedup) for k in kernels]
+    return Prompt(build_prompt(task, backend, exemplars, mode="contrastive"),
+                  "contrastive", [k.speedup for k in kernels])
+
+
+def build_failure(task: Task, build: Build, backend: str, mode: str, fail_reward: float) -> Measurement:
+    """The measurement of a candidate that never reached a timer (static gate or build failed)."""
+    return Measurement(task=task.id, backend=backend, mode=mode, compiled=False,
+                       rejected=build.reason or "compile_error", detail=build.log[-4000:], reward=fail_reward,
+                       build_seconds=build.seconds)
+
+
+def trajectory(index: int, completion: Completion, parsed: ParsedAnswer, measurement: Measurement | None,
+               fail_reward: float) -> Trajectory:
+    """One scored completion. `measurement` is None exactly when no code could be extracted; then
+    the parser's reason code goes to `detail` (the key `group_metrics` reports it under)."""
+    if measurement is None:
+        assert parsed.reason is not None
+        reward, detail = fail_reward, parsed.reason
+    else:
+        reward, detail = measurement.reward, ""
+    return Trajectory(index=index, completion=completion.text, source=parsed.code, reward=reward,
+                      measurement=measurement, token_ids=list(completion.token_ids),
+                      logprobs=list(completion.logprobs), finish_reason=completion.finish_reason,
+                      truncated=completion.truncated, detail=detail)
+
+
+@dataclass
+class Tally:
+    """Running counts for the progress bar and the final summary."""
+
+    groups: int = 0
+    completions: int = 0
+    parsed: int = 0
+    compiled: int = 0
+    correct: int = 0
+    best: dict[str, float] = field(default_factory=dict)   # task id -> best speedup
+    statuses: dict[str, int] = field(default_factory=dict)
+    rejections: dict[str, int] = field(default_factory=dict)
+
+    def add(self, group: Group, status: str) -> None:
+        self.groups += 1
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        for t in group.trajectories:
+            self.completions += 1
+            self.parsed += t.source is not None
+            m = t.measurement
+            if m is None:
+                key = f"parse/{t.detail}"
+            else:
+                self.compiled += m.compiled
+                self.correct += m.correct
+                key = m.rejected or ""
+                if m.correct and m.speedup is not None:
+                    self.best[group.task_id] = max(self.best.get(group.task_id, 0.0), m.speedup)
+            if key:
+                self.rejections[key] = self.rejections.get(key, 0) + 1
+
+    def best_speedup(self) -> float | None:
+        return max(self.best.values()) if self.best else None
+
+    def postfix(self) -> dict[str, Any]:
+        best = self.best_speedup()
+        return {"gen": self.completions, "compiled": self.compiled, "correct": self.correct,
+                "best": f"{best:.2f}x" if best is not None else "-"}
+
+    def summary(self) -> dict[str, Any]:
+        speedups = list(self.best.values())
+        return {"groups": self.groups, "completions": self.completions, "parsed": self.parsed,
+                "compiled": self.compiled, "correct": self.correct, "group_status": dict(self.statuses),
+                "rejections": dict(sorted(self.rejections.items(), key=lambda kv: -kv[1])),
+                "best_speedup_per_task": dict(sorted(self.best.items())),
+                "median_best_speedup": statistics.median(speedups) if speedups else None}
