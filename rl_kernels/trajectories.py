@@ -105,7 +105,7 @@ class TrajectoryStore:
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / FILENAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.repaired_bytes = _truncate_torn_tail(self.path)
+        self.repaired_bytes = truncate_torn_tail(self.path)
         self._file = open(self.path, "ab")
 
     def append(self, record: dict[str, Any]) -> None:
@@ -131,7 +131,7 @@ class TrajectoryStore:
         self.close()
 
 
-def _truncate_torn_tail(path: Path) -> int:
+def truncate_torn_tail(path: Path) -> int:
     """Cut a partial last line left by a crash mid-write; returns how many bytes were cut."""
     if not path.exists():
         return 0

@@ -1,18 +1,22 @@
-"""A tiny random Llama checkpoint and LoRA adapters for it, for policy tests at any tier.
+"""Tiny Llama checkpoints and LoRA adapters for them, for policy tests at any tier.
 
 Nothing can be downloaded where tests run, so unit tests (HFPolicy) and integration tests (the
 generator actor, which loads the checkpoint in another process) build the same model on disk.
-The tokenizer is word-level over a few words, with a chat template, so prompts are short and
-token ids readable.  Importable as `tiny_model`: tests/ is on sys.path through tests/conftest.py.
+`save_tiny_llama`: random weights, a word-level tokenizer over a few words, with a chat template,
+so prompts are short and token ids readable. `save_memorizing_llama`: a tiny model *trained* to
+answer any prompt with one given text, so the rollout pipeline sees parseable answers and runs
+real builds and evaluations on them.  Importable as `tiny_model`: tests/ is on sys.path through
+tests/conftest.py.
 """
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import torch
 from peft import LoraConfig, get_peft_model
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
@@ -89,4 +93,123 @@ def save_tiny_lora(model_dir: Path, out: Path, seed: int = 1) -> Path:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         get_peft_model(base, lora).save_pretrained(out)
+    return out
+
+
+# ---- a model that has learned one answer by heart ------------------------------------------------
+LINE_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+"""Every role marker is a line of its own, so with a line-level tokenizer it is one token."""
+ROLE_LINES = ("<|system|>\n", "<|user|>\n", "<|assistant|>\n")
+LINE_SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
+
+
+def line_tokenizer(answer: str) -> PreTrainedTokenizerFast:
+    """Tokens are whole lines, newline included: every line of `answer`, the role markers, the
+    empty line, and the specials; any other line (most of a prompt) is <unk>. Decoding
+    concatenates tokens exactly (`decoders.Fuse`), so decoding the answer's ids gives it back."""
+    lines = [*ROLE_LINES, "\n", *answer.splitlines(keepends=True)]
+    vocab: dict[str, int] = {}
+    for word in [*LINE_SPECIALS, *lines]:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("\n", behavior="merged_with_previous")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        chat_template=LINE_CHAT_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def _memorizing_batch(rng: random.Random, answer: list[int], ids: dict[str, int], vocab_size: int,
+                      *, rows: int, max_prompt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`rows` chat sequences: an optional system turn, a user turn whose lines are random (<unk>,
+    any known line, runs of the answer itself as an exemplar would quote them), the generation
+    prompt, then the answer and EOS. Only the answer and EOS are trained on (labels -100 elsewhere).
+    Returns right-padded input_ids, attention_mask and labels, each [rows, longest]."""
+    known = [i for i in range(vocab_size) if i not in (ids["<s>"], ids["</s>"], ids["<pad>"])]
+
+    def content() -> list[int]:
+        out: list[int] = []
+        length = rng.randrange(max_prompt + 1)
+        while len(out) < length:
+            kind = rng.random()
+            if kind < 0.5:
+                out += [ids["<unk>"]] * rng.randint(1, 8)
+            elif kind < 0.8:
+                out.append(rng.choice(known))
+            else:
+                lo = rng.randrange(len(answer))
+                out += answer[lo:rng.randint(lo + 1, len(answer))]
+        return out[:length]
+
+    seqs: list[tuple[list[int], int]] = []
+    for _ in range(rows):
+        prompt: list[int] = []
+        if rng.random() < 0.5:
+            prompt += [ids["<|system|>\n"], *content(), ids["\n"]]
+        prompt += [ids["<|user|>\n"], *content(), ids["\n"], ids["<|assistant|>\n"]]
+        seqs.append((prompt + answer + [ids["</s>"]], len(prompt)))
+    width = max(len(s) for s, _ in seqs)
+    input_ids = torch.full((rows, width), ids["<pad>"], dtype=torch.long)
+    mask = torch.zeros((rows, width), dtype=torch.long)
+    labels = torch.full((rows, width), -100, dtype=torch.long)
+    for r, (seq, n_prompt) in enumerate(seqs):
+        input_ids[r, : len(seq)] = torch.tensor(seq)
+        mask[r, : len(seq)] = 1
+        labels[r, n_prompt : len(seq)] = torch.tensor(seq[n_prompt:])
+    return input_ids, mask, labels
+
+
+def save_memorizing_llama(root: Path, answer: str, *, steps: int = 300, max_prompt_lines: int = 320,
+                          seed: int = 0) -> Path:
+    """Train a tiny Llama to answer any chat prompt with `answer`, then EOS; save it with its line
+    tokenizer to `root/memorizing` and return that dir.
+
+    Real training, not a stub: Adam on fp32 weights on the CPU (a few seconds), teacher forcing on
+    prompts of random lines up to `max_prompt_lines` long (longer than any rollout prompt). After
+    it, sampling at temperature 1 gives back `answer` exactly in nearly every sample: each answer
+    token gets probability ~1. Deterministic for a given `seed`.
+    """
+    tok = line_tokenizer(answer)
+    ids = tok.get_vocab()
+    answer_ids = tok(answer, add_special_tokens=False)["input_ids"]
+    assert tok.decode(answer_ids) == answer and ids["<unk>"] not in answer_ids
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=2 * (max_prompt_lines + len(answer_ids) + 8),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    rng = random.Random(seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        for step in range(steps):
+            input_ids, mask, labels = _memorizing_batch(rng, answer_ids, ids, len(tok), rows=16,
+                                                        max_prompt=max_prompt_lines)
+            loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    model.generation_config.eos_token_id = tok.eos_token_id
+    out = root / "memorizing"
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
     return out
