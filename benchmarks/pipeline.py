@@ -52,19 +52,34 @@ One thread per element, contiguous accesses.
 
 
 def answers(task_id: str, backend: str, n: int) -> list[str]:
-    """The task's seed kernel under n different comment lines: n distinct sources to build."""
+    """The task's seed kernel under n different comment lines: n distinct kernels to build.
+
+    The comment goes into the compiled code itself (the build cache keys a module candidate by the
+    C++/CUDA sources it passes to load_inline, so a Python comment would not make a new build)."""
     task = get_task(task_id)
     source = task.seeds[backend]
+    source = source if source.endswith("\n") else source + "\n"
     language = code_language(task, backend)
-    mark = "#" if language == "python" else "//"
-    return [ANSWER.format(language=language, comment=f"{mark} pipeline benchmark variant {k:04d}",
-                          source=source if source.endswith("\n") else source + "\n") for k in range(n)]
+    out = []
+    for k in range(n):
+        comment = f"// pipeline benchmark variant {k:04d}"
+        if language == "python":   # first line of the first C++ source string
+            head, sep, tail = source.partition('r"""\n')
+            if not sep:
+                raise ValueError(f"{task_id}: the seed has no r\"\"\" C++ source string to mark")
+            body = head + sep + comment + "\n" + tail
+            out.append(ANSWER.format(language=language, comment="", source=body).replace("```python\n\n", "```python\n"))
+        else:
+            out.append(ANSWER.format(language=language, comment=comment, source=source))
+    return out
 
 
 def run_combo(config: str | None, overrides: list[str], out: Path, compilers: int, timers: int) -> dict[str, Any]:
     run_dir = out / f"run_c{compilers}_t{timers}"
+    # Its own sampling seed per combo: the same seed would draw the same kernels again and the
+    # shared build cache (kept for the torch header PCH) would leave the later combos nothing to build.
     cfg = load_config(config, [*overrides, f"cluster.num_compilers={compilers}", f"cluster.num_timers={timers}",
-                               f"run_dir={run_dir}"])
+                               f"run_dir={run_dir}", f"rollout.seed={1000 * compilers + timers}"])
     t0 = time.monotonic()
     s = RolloutDriver(cfg, progress=False).run()
     p = s["pipeline"]

@@ -29,7 +29,7 @@ class ActorPool:
         self.busy = 0                # actors working now
         self.requests = 0
         self._busy_s = 0.0           # finished busy time, summed over actors
-        self._busy_since: dict[int, float] = {}
+        self._busy_since: dict[object, float] = {}   # one entry per request in progress
         self._started = time.monotonic()
 
     @asynccontextmanager
@@ -41,7 +41,7 @@ class ActorPool:
             self.waiting -= 1
         self.busy += 1
         self.requests += 1
-        token = id(object())
+        token = object()  # held until the request ends (an id() of a freed object is reused at once)
         self._busy_since[token] = time.monotonic()
         try:
             yield actor

@@ -106,11 +106,12 @@ ROLE_LINES = ("<|system|>\n", "<|user|>\n", "<|assistant|>\n")
 LINE_SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
 
 
-def line_tokenizer(answer: str) -> PreTrainedTokenizerFast:
+def line_tokenizer(answer: str | list[str]) -> PreTrainedTokenizerFast:
     """Tokens are whole lines, newline included: every line of `answer`, the role markers, the
     empty line, and the specials; any other line (most of a prompt) is <unk>. Decoding
     concatenates tokens exactly (`decoders.Fuse`), so decoding the answer's ids gives it back."""
-    lines = [*ROLE_LINES, "\n", *answer.splitlines(keepends=True)]
+    texts = [answer] if isinstance(answer, str) else answer
+    lines = [*ROLE_LINES, "\n", *(line for text in texts for line in text.splitlines(keepends=True))]
     vocab: dict[str, int] = {}
     for word in [*LINE_SPECIALS, *lines]:
         vocab.setdefault(word, len(vocab))
@@ -128,7 +129,7 @@ def line_tokenizer(answer: str) -> PreTrainedTokenizerFast:
     )
 
 
-def _memorizing_batch(rng: random.Random, answer: list[int], ids: dict[str, int], vocab_size: int,
+def _memorizing_batch(rng: random.Random, answers: list[list[int]], ids: dict[str, int], vocab_size: int,
                       *, rows: int, max_prompt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`rows` chat sequences: an optional system turn, a user turn whose lines are random (<unk>,
     any known line, runs of the answer itself as an exemplar would quote them), the generation
@@ -138,16 +139,17 @@ def _memorizing_batch(rng: random.Random, answer: list[int], ids: dict[str, int]
 
     def content() -> list[int]:
         out: list[int] = []
-        length = rng.randrange(max_prompt + 1)
+        length = int(max_prompt ** rng.random()) - 1  # log-uniform: mostly short, some long
         while len(out) < length:
             kind = rng.random()
             if kind < 0.5:
                 out += [ids["<unk>"]] * rng.randint(1, 8)
             elif kind < 0.8:
                 out.append(rng.choice(known))
-            else:
-                lo = rng.randrange(len(answer))
-                out += answer[lo:rng.randint(lo + 1, len(answer))]
+            else:  # a run of the answer with some lines dropped, as a near-copy exemplar quotes it
+                answer = rng.choice(answers)
+                lo, drop = rng.randrange(len(answer)), rng.choice((0.0, 0.05, 0.2))
+                out += [i for i in answer[lo:rng.randint(lo + 1, len(answer))] if rng.random() >= drop]
         return out[:length]
 
     seqs: list[tuple[list[int], int]] = []
@@ -156,7 +158,7 @@ def _memorizing_batch(rng: random.Random, answer: list[int], ids: dict[str, int]
         if rng.random() < 0.5:
             prompt += [ids["<|system|>\n"], *content(), ids["\n"]]
         prompt += [ids["<|user|>\n"], *content(), ids["\n"], ids["<|assistant|>\n"]]
-        seqs.append((prompt + answer + [ids["</s>"]], len(prompt)))
+        seqs.append((prompt + rng.choice(answers) + [ids["</s>"]], len(prompt)))
     width = max(len(s) for s, _ in seqs)
     input_ids = torch.full((rows, width), ids["<pad>"], dtype=torch.long)
     mask = torch.zeros((rows, width), dtype=torch.long)
@@ -168,28 +170,30 @@ def _memorizing_batch(rng: random.Random, answer: list[int], ids: dict[str, int]
     return input_ids, mask, labels
 
 
-def save_memorizing_llama(root: Path, answer: str, *, steps: int = 300, max_prompt_lines: int = 320,
+def save_memorizing_llama(root: Path, answer: str | list[str], *, steps: int = 300, max_prompt_lines: int = 256,
                           seed: int = 0) -> Path:
     """Train a tiny Llama to answer any chat prompt with `answer`, then EOS; save it with its line
-    tokenizer to `root/memorizing` and return that dir.
+    tokenizer to `root/memorizing` and return that dir. Given several answers, it learns to pick
+    one of them uniformly at random (the pipeline benchmark uses this for distinct kernels).
 
     Real training, not a stub: Adam on fp32 weights on the CPU (a few seconds), teacher forcing on
     prompts of random lines up to `max_prompt_lines` long (longer than any rollout prompt). After
     it, sampling at temperature 1 gives back `answer` exactly in nearly every sample: each answer
     token gets probability ~1. Deterministic for a given `seed`.
     """
-    tok = line_tokenizer(answer)
+    texts = [answer] if isinstance(answer, str) else answer
+    tok = line_tokenizer(texts)
     ids = tok.get_vocab()
-    answer_ids = tok(answer, add_special_tokens=False)["input_ids"]
-    assert tok.decode(answer_ids) == answer and ids["<unk>"] not in answer_ids
+    answers_ids = [tok(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert all(tok.decode(a) == t and ids["<unk>"] not in a for a, t in zip(answers_ids, texts))
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=64,
         intermediate_size=128,
-        num_hidden_layers=2,
+        num_hidden_layers=1,  # one layer learns this as well as two, in half the time
         num_attention_heads=4,
         num_key_value_heads=4,
-        max_position_embeddings=2 * (max_prompt_lines + len(answer_ids) + 8),
+        max_position_embeddings=2 * (max_prompt_lines + max(map(len, answers_ids)) + 8),
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
@@ -199,16 +203,17 @@ def save_memorizing_llama(root: Path, answer: str, *, steps: int = 300, max_prom
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
         model.train()
-        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-        for step in range(steps):
-            input_ids, mask, labels = _memorizing_batch(rng, answer_ids, ids, len(tok), rows=16,
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 - k / steps)  # to 0 at the end
+        for _ in range(steps):
+            input_ids, mask, labels = _memorizing_batch(rng, answers_ids, ids, len(tok), rows=8,
                                                         max_prompt=max_prompt_lines)
             loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
             opt.zero_grad()
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-    model.eval()
-    model.generation_config.eos_token_id = tok.eos_token_id
+            decay.step()
     out = root / "memorizing"
     model.save_pretrained(out)
     tok.save_pretrained(out)
