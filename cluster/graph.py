@@ -99,7 +99,7 @@ def timer_configs(cfg: Config) -> list[EvalConfig]:
             for c in chunks]
 
 
-async def build_graph(cfg: Config, *, learner: bool, ready_timeout_s: float = 900.0) -> ProducerGraph:
+async def build_graph(cfg: Config, *, learner: bool) -> ProducerGraph:
     """Create every actor and wait until each is ready (model loaded, device locked)."""
     check_placement(cfg)
     c = cfg.cluster
@@ -118,7 +118,7 @@ async def build_graph(cfg: Config, *, learner: bool, ready_timeout_s: float = 90
     generators = [GeneratorActor.options(**generator_options(c, cfg.policy)).remote(
         cfg.policy, cfg.rollout.max_staleness + 2) for _ in range(c.num_generators)]
     pings = [buffer.stats.remote()] + [a.ready.remote() for a in [*compilers, *timers, *generators]]
-    await asyncio.wait_for(asyncio.gather(*pings), ready_timeout_s)
+    await asyncio.wait_for(asyncio.gather(*pings), c.ready_timeout_s)
     return ProducerGraph(buffer=buffer, generators=ActorPool("generate", generators),
                          compilers=ActorPool("compile", compilers), timers=ActorPool("time", timers),
                          timer_configs=tcfgs)

@@ -218,17 +218,17 @@ class ClusterConfig(_Strict):
     """Actor counts and fault tolerance. Every count is a config value; nothing assumes one node."""
 
     ray_address: str | None = None             # None: start (or join) a local Ray
-    num_cpus: int | None = Field(None, ge=1)   # local Ray only; None = all cores
+    num_cpus: int | None = Field(None, ge=1)   # local Ray only; None = all cores, or more if the graph needs
     num_generators: int = Field(1, ge=1)
     generator_num_gpus: float = Field(0.0, ge=0)
     num_compilers: int = Field(2, ge=1)
     num_timers: int = Field(1, ge=1)
-    compile_queue_depth: int = Field(8, ge=1)  # builds waiting per compile actor before producers wait
     compiler_max_restarts: int = Field(3, ge=0)
     timer_max_restarts: int = Field(3, ge=0)
     generator_max_restarts: int = Field(3, ge=0)
     actor_retries: int = Field(1, ge=0)        # in-flight work retried this often after its actor died
     restart_timeout_s: float = Field(300.0, gt=0)
+    ready_timeout_s: float = Field(900.0, gt=0)  # actors up (models loaded, devices locked)
 
 
 class RolloutConfig(_Strict):

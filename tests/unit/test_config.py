@@ -63,3 +63,22 @@ def test_cli_tasks_list_and_unknown_task() -> None:
     bad = subprocess.run([sys.executable, "-m", "rl_kernels.cli", "eval", "--task", "builtin/sofmax",
                           "--candidate", str(REPO / "README.md")], capture_output=True, text=True)
     assert bad.returncode == 2 and "builtin/softmax" in bad.stderr
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["policy.device=cuda"], "generator_num_gpus is 0"),
+    (["cluster.generator_num_gpus=1"], "reserves GPUs nobody uses"),
+    (["eval.backend=cuda", "policy.device=cuda", "cluster.generator_num_gpus=0.5"], "shared_device=true"),
+    (["policy.backend=vllm"], "vllm needs a GPU"),
+    (["rollout.max_groups=null"], "never ends"),
+    (["cluster.num_timers=0"], "num_timers"),
+])
+def test_impossible_combinations_fail_before_anything_starts(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_single_gpu_smoke_run_must_say_it_shares_the_device() -> None:
+    cfg = load_config(None, ["eval.backend=cuda", "policy.device=cuda", "cluster.generator_num_gpus=0.5",
+                             "eval.shared_device=true"])
+    assert cfg.eval.shared_device and cfg.cluster.generator_num_gpus == 0.5
