@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
 
-from actors.compiler import wait_until_restarted
+from actors.restarts import call_surviving_restarts
 from rl_kernels.config import ClusterConfig, PolicyConfig
 from rl_kernels.policy import Completion, Messages, SamplingParams, adapter_name
 from rl_kernels.policy.factory import make_policy
@@ -146,18 +145,13 @@ async def generate_or_fail(generator: ray.actor.ActorHandle, prompts: list[Messa
     Without it, AdapterNotLoadedError propagates. Errors raised by generation itself are bugs and
     propagate; only actor death is retried (Ray does not re-run the call: `max_task_retries=0`).
     """
-    last: RayActorError | None = None
-    tried = 0
-    for attempt in range(retries + 1):
-        if attempt and not await wait_until_restarted(generator, restart_timeout_s):
-            break  # dead for good (restarts used up) or not back in time: a retry cannot run
-        tried += 1
-        try:
-            return await _generate_reloading(generator, prompts, params, version, adapter_path), attempt
-        except RayActorError as exc:
-            last = exc
-    log.warning("generator died during %d attempt(s) on a v%d request; giving it up: %s", tried, version, last)
-    return None, tried - 1
+    groups, retried, last = await call_surviving_restarts(
+        generator, lambda: _generate_reloading(generator, prompts, params, version, adapter_path),
+        retries=retries, restart_timeout_s=restart_timeout_s)
+    if groups is None:
+        log.warning("generator died during %d attempt(s) on a v%d request; giving it up: %s",
+                    retried + 1, version, last)
+    return groups, retried
 
 
 async def _generate_reloading(generator: ray.actor.ActorHandle, prompts: list[Messages],

@@ -28,9 +28,8 @@ from typing import Any
 
 import ray
 from filelock import FileLock, Timeout
-from ray.exceptions import RayActorError
 
-from actors.compiler import wait_until_restarted
+from actors.restarts import call_surviving_restarts
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.device import device_lock
 from rl_kernels.evaluation.evaluator import Evaluator
@@ -105,17 +104,12 @@ async def evaluate_or_fail(timer: ray.actor.ActorHandle, task: Task, source: str
     accounted for exactly once. Ray does not re-run the call itself (`max_task_retries=0`): the
     retry happens here, where it is counted. `build` must be a successful build.
     """
-    last: RayActorError | None = None
-    tried = 0
-    for attempt in range(retries + 1):
-        if attempt and not await wait_until_restarted(timer, restart_timeout_s):
-            break  # dead for good (restarts used up) or not back in time: a retry cannot run
-        tried += 1
-        try:
-            return await timer.evaluate.remote(task, source, build), attempt
-        except RayActorError as exc:
-            last = exc
+    m, retried, last = await call_surviving_restarts(
+        timer, lambda: timer.evaluate.remote(task, source, build), retries=retries,
+        restart_timeout_s=restart_timeout_s)
+    if m is not None:
+        return m, retried
     return Measurement(task=task.id, backend=cfg.backend, mode=cfg.timing.mode, compiled=True,
                        rejected=TIMER_FAILED, reward=cfg.reward.fail_reward,
-                       detail=f"timer died during {tried} attempt(s): {last}",
-                       shared_device=cfg.shared_device), tried - 1
+                       detail=f"timer died during {retried + 1} attempt(s): {last}",
+                       shared_device=cfg.shared_device), retried
