@@ -46,14 +46,13 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     vocab = {w: i for i, w in enumerate([*specials, "user", "system", "assistant", ":", *WORDS])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="<unk>",
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        chat_template=CHAT_TEMPLATE,
-    )
+    return _with_specials(tok, CHAT_TEMPLATE)
+
+
+def _with_specials(tok: Tokenizer, chat_template: str, **extra: object) -> PreTrainedTokenizerFast:
+    """A transformers tokenizer over `tok` with the specials both tiny vocabularies share."""
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                   pad_token="<pad>", chat_template=chat_template, **extra)
 
 
 def save_tiny_llama(root: Path) -> Path:
@@ -118,15 +117,7 @@ def line_tokenizer(answer: str | list[str]) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split("\n", behavior="merged_with_previous")
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="<unk>",
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        chat_template=LINE_CHAT_TEMPLATE,
-        clean_up_tokenization_spaces=False,
-    )
+    return _with_specials(tok, LINE_CHAT_TEMPLATE, clean_up_tokenization_spaces=False)
 
 
 def _memorizing_batch(rng: random.Random, answers: list[list[int]], ids: dict[str, int], vocab_size: int,
