@@ -129,10 +129,6 @@ class TimingConfig(_Strict):
     # Timed inputs: one distribution for candidate and baseline alike (correctness covers all four);
     # the data's bit patterns change the GPU's power draw and clocks, so mixing them adds noise.
     input_distribution: Literal["normal", "uniform", "heavy_tailed", "mixed_sign"] = "normal"
-    # How HGEMM inputs get fresh values on a GPU: `fused` writes A, B and B^T in one write-only
-    # pass per input (triton); `torch` uses torch's RNG ops plus a transposed copy, ~1.7x the
-    # traffic, which shifts a power-limited GPU's clocks for large shapes (docs/EVALUATOR.md).
-    refresh: Literal["fused", "torch"] = "fused"
     sync_guard_samples: int = Field(5, ge=1)
     sync_guard_tolerance_us: float = Field(20.0, ge=0)
     sync_guard_tolerance_rel: float = Field(0.25, ge=0)

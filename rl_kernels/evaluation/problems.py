@@ -16,7 +16,6 @@ from typing import Any, Callable
 import torch
 
 from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation import fused_refresh
 from rl_kernels.evaluation.correctness import Tolerance, as_output_list
 from rl_kernels.evaluation.inputs import refill_, resample_inputs, to_device, to_reference_precision
 from rl_kernels.types import HgemmSpec, Task
@@ -63,7 +62,6 @@ class HgemmProblem:
         }
         # Inputs scaled by K^-1/4 each keep |C| ~ 1 for every K, far from fp16 overflow.
         self.scale = spec.k ** -0.25
-        self.refreshes = 0
 
     @property
     def set_bytes(self) -> int:
@@ -100,23 +98,11 @@ class HgemmProblem:
         return s
 
     def refresh(self, s: InputSet, dist: str, gen: torch.Generator) -> None:
-        """New values in the same buffers (B's column-major copy follows B).
-
-        On a GPU with `timing.refresh: fused`, one write-only pass per input (fused_refresh.py);
-        the stream is chosen on the host from the generator's seed and a counter, so no refresh
-        waits on the GPU.
-        """
+        """New values in the same buffers (B's column-major copy follows B)."""
         a, b, b_col_major = s.args
-        bt = b_col_major.view(self.spec.n, self.spec.k)
-        if self.cfg.timing.refresh == "fused" and fused_refresh.available(a):
-            self.refreshes += 1
-            stream = hash((gen.initial_seed(), self.refreshes)) % (1 << 27)
-            fused_refresh.fill_(a, dist, 8 * stream, self.scale)
-            fused_refresh.fill_(b, dist, 8 * stream + 4, self.scale, transposed_copy=bt)
-        else:
-            refill_(a, dist, gen, self.scale)
-            refill_(b, dist, gen, self.scale)
-            bt.copy_(b.t())
+        refill_(a, dist, gen, self.scale)
+        refill_(b, dist, gen, self.scale)
+        b_col_major.view(self.spec.n, self.spec.k).copy_(b.t())
         s.reference = None
 
     def load_candidate(self, entry: Callable[..., None]) -> None:
