@@ -260,6 +260,16 @@ class MetricsConfig(_Strict):
     interval_s: float = Field(10.0, gt=0)      # how often the driver logs pipeline gauges
 
 
+class GrpoConfig(_Strict):
+    """The GRPO objective's knobs (learner/grpo.py; DESIGN.md, "Learning")."""
+
+    std_scaling: Literal["none", "group", "batch"] = "none"
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    clip_high: float = Field(0.28, gt=0)
+    is_cap: float = Field(3.0, gt=1)          # sequences whose importance weight leaves [1/cap, cap] are masked
+    kl_coef: float = Field(0.0, ge=0)         # 0: no KL term and no reference model loaded
+
+
 class Config(_Strict):
     run_dir: Path = Path("runs/default")
     suite: str = "builtin"
@@ -269,6 +279,7 @@ class Config(_Strict):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    grpo: GrpoConfig = Field(default_factory=GrpoConfig)
 
     @model_validator(mode="after")
     def _combinations(self) -> "Config":
