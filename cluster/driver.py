@@ -191,7 +191,8 @@ class RolloutDriver:
         trajs = await asyncio.gather(*(self._score(graph, task, i, c) for i, c in enumerate(completions)))
         return Group(group_id=gid, task_id=task.id, policy_version=BASE_VERSION, trajectories=list(trajs),
                      backend=backend, extra={"prompt_mode": prompt.mode,
-                                             "exemplar_speedups": prompt.exemplar_speedups})
+                                             "exemplar_speedups": prompt.exemplar_speedups},
+                     prompt_token_ids=list(completions[0].prompt_token_ids) if completions else [])
 
     async def _score(self, graph: ProducerGraph, task: Task, index: int, completion: Completion) -> Trajectory:
         parsed = parse_completion(completion.text, task, self.cfg.eval.backend)

@@ -67,6 +67,9 @@ class Group:
     trajectories: list[Trajectory]
     backend: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
+    # The chat prompt as the generator tokenised it (shared by the group): the learner recomputes
+    # logprobs of each completion after exactly these tokens.
+    prompt_token_ids: list[int] = field(default_factory=list)
 
     @property
     def rewards(self) -> list[float]:
@@ -78,14 +81,14 @@ class Group:
 
     def to_json(self) -> dict[str, Any]:
         return {"group_id": self.group_id, "task_id": self.task_id, "policy_version": self.policy_version,
-                "backend": self.backend, "extra": self.extra,
+                "backend": self.backend, "extra": self.extra, "prompt_token_ids": self.prompt_token_ids,
                 "trajectories": [t.to_json() for t in self.trajectories]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Group:
         return cls(group_id=data["group_id"], task_id=data["task_id"],
                    policy_version=data["policy_version"], backend=data.get("backend", "cpu"),
-                   extra=data.get("extra", {}),
+                   extra=data.get("extra", {}), prompt_token_ids=data.get("prompt_token_ids", []),
                    trajectories=[Trajectory.from_json(t) for t in data["trajectories"]])
 
 

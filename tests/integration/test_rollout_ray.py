@@ -105,6 +105,7 @@ def _check_run(run_dir: Path, summary: dict[str, Any], *, groups: int, group_siz
     for g in persisted:
         assert g.task_id == TASK and g.backend == "cpu" and g.policy_version == 0
         assert [t.index for t in g.trajectories] == list(range(group_size))
+        assert g.prompt_token_ids, "the learner needs the prompt's token ids"
     for t in trajs:  # each completion scored exactly once: measured, or a parse reason
         assert (t.measurement is not None) == (t.source is not None), t
         assert t.measurement is not None or t.detail, t

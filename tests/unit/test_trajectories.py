@@ -23,7 +23,8 @@ def _group(gid: str, rewards: list[float], version: int = 0) -> Group:
         trajs.append(Trajectory(index=i, completion=f"answer {i}\n```cpp\nint x;\n```", source="int x;",
                                 reward=r, measurement=m, token_ids=[1, 2, 3], logprobs=[-0.5, -1.0, -0.1],
                                 finish_reason="stop"))
-    return Group(group_id=gid, task_id="hgemm/fp32/128_128_128", policy_version=version, trajectories=trajs)
+    return Group(group_id=gid, task_id="hgemm/fp32/128_128_128", policy_version=version, trajectories=trajs,
+                 prompt_token_ids=[7, 8, 9, 10])
 
 
 def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
