@@ -134,7 +134,7 @@ class KernelArchive:
         self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
                                    check_same_thread=False)
         self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        self._db.execute("PRAGMA journal_mode = WAL")
+        self._enable_wal(busy_timeout_s)
         self._db.execute("PRAGMA synchronous = NORMAL")  # durable at checkpoints; safe with WAL
         with self._write():
             for statement in _SCHEMA:
@@ -145,6 +145,23 @@ class KernelArchive:
             elif row[0] != SCHEMA_VERSION:
                 raise RuntimeError(f"{self.path} has archive schema v{row[0]}, this code reads "
                                    f"v{SCHEMA_VERSION}; use a new run directory")
+
+    def _enable_wal(self, timeout_s: float) -> None:
+        """Switch to WAL, waiting for other processes that open the same file at the same moment.
+
+        Changing the journal mode needs an exclusive lock, and SQLite can report "database is
+        locked" for it at once instead of calling the busy handler (seen in CI when two processes
+        opened a new archive together), so this retries until the busy timeout.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     @contextmanager
     def _write(self) -> Iterator[None]:
