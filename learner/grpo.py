@@ -10,13 +10,10 @@ same gradient as one pass over the whole batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
-from rl_kernels.config import GrpoConfig
-
-StdScaling = Literal["none", "group", "batch"]
+from rl_kernels.config import GrpoConfig, StdScaling
 
 
 @dataclass(frozen=True)
@@ -84,10 +81,11 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, behaviour_logp
     if global_tokens <= 0:
         raise ValueError("global_tokens must be positive")
     mask = mask.to(logprobs.dtype)
-    n_tok = mask.sum(dim=1).clamp(min=1)                                        # [B]
-    seq_log_w = ((old_logprobs - behaviour_logprobs) * mask).sum(dim=1) / n_tok  # [B]
+    n_tok = mask.sum(dim=1)                                                     # [B]
+    has_tokens = n_tok > 0                                                      # [B]
+    seq_log_w = ((old_logprobs - behaviour_logprobs) * mask).sum(dim=1) / n_tok.clamp(min=1)  # [B]
     seq_w = torch.exp(seq_log_w).detach()                                       # [B]
-    in_range = (seq_w <= is_cap) & (seq_w >= 1.0 / is_cap) & (mask.sum(dim=1) > 0)
+    in_range = (seq_w <= is_cap) & (seq_w >= 1.0 / is_cap) & has_tokens
     token_mask = mask * in_range[:, None].to(mask.dtype)                         # [B, T]
 
     ratio = torch.exp(logprobs - old_logprobs.detach())                         # [B, T]
@@ -108,7 +106,7 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, behaviour_logp
         was_clipped = ((ratio < 1.0 - clip_low) & (adv < 0)) | ((ratio > 1.0 + clip_high) & (adv > 0))
         clip_fraction = (was_clipped.to(mask.dtype) * token_mask).sum() / counted
         d_b = behaviour_logprobs - old_logprobs
-        mismatch = ((torch.exp(d_b) - d_b - 1) * mask).sum() / mask.sum().clamp(min=1)
+        mismatch = ((torch.exp(d_b) - d_b - 1) * mask).sum() / n_tok.sum().clamp(min=1)
         w_mean = seq_w[in_range].mean() if in_range.any() else torch.zeros(())
     return LossTerms(loss, float(policy_loss.detach()), float(kl.detach()), float(clip_fraction), float(w_mean),
-                     int((~in_range & (mask.sum(dim=1) > 0)).sum()), float(mismatch))
+                     int((~in_range & has_tokens).sum()), float(mismatch))

@@ -260,10 +260,13 @@ class MetricsConfig(_Strict):
     interval_s: float = Field(10.0, gt=0)      # how often the driver logs pipeline gauges
 
 
+StdScaling = Literal["none", "group", "batch"]
+
+
 class GrpoConfig(_Strict):
     """The GRPO objective's knobs (learner/grpo.py; DESIGN.md, "Learning")."""
 
-    std_scaling: Literal["none", "group", "batch"] = "none"
+    std_scaling: StdScaling = "none"
     clip_low: float = Field(0.2, gt=0, lt=1)
     clip_high: float = Field(0.28, gt=0)
     is_cap: float = Field(3.0, gt=1)          # sequences whose importance weight leaves [1/cap, cap] are masked
