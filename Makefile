@@ -21,8 +21,10 @@ $(VENV)/.model: $(VENV)/.installed
 .PHONY: install run test test-all
 install: $(VENV)/.installed
 
+# Each `make run` trains a fresh run under runs/ (continue one with `rl-kernels train --resume DIR`).
+RUN_DIR ?= runs/local-$(shell date +%Y%m%d-%H%M%S)
 run: $(VENV)/.model
-	$(VENV)/bin/rl-kernels rollout --config $(CONFIG) --resume
+	$(VENV)/bin/rl-kernels train --config $(CONFIG) run_dir=$(RUN_DIR)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

@@ -25,8 +25,9 @@ from typing import Any
 import ray
 
 from rl_kernels.archive import KernelArchive
+from rl_kernels.buffer_restore import RESUMED, restore_buffer
 from rl_kernels.staleness import StalenessManager
-from rl_kernels.trajectories import Group, TrajectoryStore
+from rl_kernels.trajectories import Group, TrajectoryStore, read_records
 from rl_kernels.types import Measurement
 
 ZERO_VARIANCE = "zero_variance"
@@ -108,10 +109,12 @@ class ReplayBufferActor:
         self.manager.set_version(version)
         return self._drop_stale()
 
-    async def get_batch(self, n_groups: int, timeout_s: float) -> list[Group]:
+    async def get_batch(self, n_groups: int, timeout_s: float, step: int | None = None) -> list[Group]:
         """Up to `n_groups` admissible groups, oldest first; fewer (maybe none) if `timeout_s` passes.
 
         Stale groups are dropped (whole, counted) before choosing, so a batch never holds one.
+        `step` is the learner step the groups are for; it is recorded with the consumption, so a
+        resumed run knows which consumptions its checkpoint's weights include (buffer_restore.py).
         """
         async with self._arrived:
             try:
@@ -122,7 +125,8 @@ class ReplayBufferActor:
         ids = list(self._waiting)[:n_groups]
         self.manager.on_consumed(ids)
         if ids:
-            self.store.append({"event": "consumed", "group_ids": ids, "version": self.manager.version})
+            self.store.append({"event": "consumed", "group_ids": ids, "version": self.manager.version,
+                               "step": step})
             self._counts["batches"] += 1
         return [self._waiting.pop(gid) for gid in ids]
 
@@ -142,6 +146,19 @@ class ReplayBufferActor:
         assert s["submitted"] == books, f"submitted {s['submitted']} != accepted+filtered+failed+running {books}"
         assert len(self._waiting) == s["buffered"] and len(self._slots) == s["running"], (s, len(self._waiting))
         return {**s, **self._counts}
+
+    async def restore(self, step: int, version: int) -> dict[str, Any]:
+        """Resume a training run from its checkpoint at learner `step`, policy `version`: rebuild the
+        books and the waiting groups from trajectories.jsonl (rl_kernels/buffer_restore.py), record
+        the resume, and drop what is stale at `version`. Returns the counters."""
+        if self._slots or self._waiting or self.manager.stats()["submitted"]:
+            raise RuntimeError("restore() must come before any group is submitted to this buffer")
+        restored = restore_buffer(read_records(self.store.path), step=step, version=version,
+                                  max_staleness=self.manager.max_staleness, batch_groups=self.manager.batch_groups)
+        self.manager, self._waiting = restored.manager, restored.waiting
+        self.store.append({"event": RESUMED, "step": step, "version": version, "requeued": restored.requeued})
+        self._drop_stale()
+        return {**self.manager.stats(), "requeued": len(restored.requeued)}
 
     async def state_dict(self) -> dict[str, Any]:
         """The staleness manager's state, for the learner's checkpoint (client state)."""

@@ -73,6 +73,9 @@ def prepare_run_dir(cfg: Config, resume: bool) -> Path:
 
 
 class RolloutDriver:
+    LEARNER = False   # search mode: no learner actor, the buffer is drained by `_consume`
+    SUMMARY = SUMMARY
+
     def __init__(self, cfg: Config, *, resume: bool = False, progress: bool = True) -> None:
         self.cfg = cfg
         self.run_dir = prepare_run_dir(cfg, resume)
@@ -91,10 +94,12 @@ class RolloutDriver:
         self._errors: list[BaseException] = []
         self._submitted = 0
         self.graph: ProducerGraph | None = None   # set once the actors are up (tests kill them)
+        self.version = BASE_VERSION           # the newest published policy version (train mode)
+        self._adapter_paths: dict[int, str] = {}  # version -> its adapter directory
 
     # ---- the run --------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        started_ray = start_ray(self.cfg)
+        started_ray = start_ray(self.cfg, learner=self.LEARNER)
         try:
             return asyncio.run(self._run())
         finally:
@@ -102,12 +107,13 @@ class RolloutDriver:
                 ray.shutdown()
 
     async def _run(self) -> dict[str, Any]:
-        graph = self.graph = await build_graph(self.cfg, learner=False)
+        graph = self.graph = await build_graph(self.cfg, learner=self.LEARNER)
         self.t0 = time.monotonic()
-        sink = MetricsSink(self.run_dir, self.cfg.metrics, run_config=self.cfg.model_dump(mode="json"),
-                           name=self.run_dir.name, resume=self.resume)
+        sink = self._sink = MetricsSink(self.run_dir, self.cfg.metrics, run_config=self.cfg.model_dump(mode="json"),
+                                        name=self.run_dir.name, resume=self.resume)
         bar = _progress_bar(self.cfg, self.progress)
         try:
+            await self._prepare(graph)
             await self._seed_archive(graph)
             stop = asyncio.Event()
             consumer = asyncio.create_task(self._consume(graph, stop))
@@ -116,10 +122,11 @@ class RolloutDriver:
             deadline = self.t0 + self.cfg.rollout.time_budget_s if self.cfg.rollout.time_budget_s else None
             while not self._should_stop(deadline):
                 gid = f"g{self._submitted:06d}-{uuid.uuid4().hex[:8]}"
-                if not await self._wait_slot(graph, gid, deadline):
+                version = await self._wait_slot(graph, gid, deadline)
+                if version is None:
                     break
                 self._submitted += 1
-                task = asyncio.create_task(self._group(graph, gid, self.cycle.next(), bar))
+                task = asyncio.create_task(self._group(graph, gid, version, self.cycle.next(), bar))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
             if in_flight:
@@ -128,16 +135,23 @@ class RolloutDriver:
             await asyncio.gather(consumer, ticker)
             summary = await self._summary(graph)
             sink.log(self._gauges(graph, await graph.buffer.stats.remote()) | group_metrics(self._recent),
-                     step=self.tally.groups)
+                     step=self._metrics_step())
         finally:
             if bar is not None:
                 bar.close()
             sink.close()
             kill_graph(graph)
-        (self.run_dir / SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
+        (self.run_dir / self.SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
         if self._errors:
             raise self._errors[0]
         return summary
+
+    async def _prepare(self, graph: ProducerGraph) -> None:
+        """Hook before production starts (train mode resumes the learner and the buffer here)."""
+
+    def _metrics_step(self) -> int:
+        """The x axis of metrics: groups finished in search mode, learner steps in train mode."""
+        return self.tally.groups
 
     def _should_stop(self, deadline: float | None) -> bool:
         if self._errors:
@@ -146,22 +160,25 @@ class RolloutDriver:
             return True
         return deadline is not None and time.monotonic() >= deadline
 
-    async def _wait_slot(self, graph: ProducerGraph, gid: str, deadline: float | None) -> bool:
-        """Backpressure: ask the buffer until it grants a slot (False if the budget ran out first)."""
+    async def _wait_slot(self, graph: ProducerGraph, gid: str, deadline: float | None) -> int | None:
+        """Backpressure: ask the buffer until it grants a slot for the newest policy version; returns
+        that version (None if the run ended first)."""
         t0 = time.monotonic()
         try:
-            while not await graph.buffer.request_slot.remote(gid, BASE_VERSION):
-                if deadline is not None and time.monotonic() >= deadline:
-                    return False
+            while True:
+                version = self.version
+                if await graph.buffer.request_slot.remote(gid, version):
+                    return version
+                if self._should_stop(deadline):
+                    return None
                 await asyncio.sleep(self.cfg.rollout.slot_poll_s)
-            return True
         finally:
             self._blocked_s += time.monotonic() - t0
 
     # ---- one group ------------------------------------------------------------------------------
-    async def _group(self, graph: ProducerGraph, gid: str, task: Task, bar: Any) -> None:
+    async def _group(self, graph: ProducerGraph, gid: str, version: int, task: Task, bar: Any) -> None:
         try:
-            group = await self._produce(graph, gid, task)
+            group = await self._produce(graph, gid, version, task)
             if group is None:
                 await graph.buffer.fail_group.remote(gid, GENERATOR_FAILED)
                 return
@@ -176,12 +193,13 @@ class RolloutDriver:
             bar.update(1)
             bar.set_postfix(self.tally.postfix(), refresh=False)
 
-    async def _produce(self, graph: ProducerGraph, gid: str, task: Task) -> Group | None:
+    async def _produce(self, graph: ProducerGraph, gid: str, version: int, task: Task) -> Group | None:
         backend = self.cfg.eval.backend
         prompt = make_prompt(task, backend, self.archive, self.cfg.prompts, self.rng)
         params = sampling_params(self.cfg.policy, seed=self.rng.randrange(2**31))
         async with graph.generators.use() as generator:
-            out, _ = await generate_or_fail(generator, [prompt.messages], params, BASE_VERSION,
+            out, _ = await generate_or_fail(generator, [prompt.messages], params, version,
+                                            adapter_path=self._adapter_paths.get(version),
                                             retries=self.cfg.cluster.actor_retries,
                                             restart_timeout_s=self.cfg.cluster.restart_timeout_s)
         if out is None:
@@ -189,7 +207,7 @@ class RolloutDriver:
         completions = out[0]
         self._tokens += sum(len(c.token_ids) for c in completions)
         trajs = await asyncio.gather(*(self._score(graph, task, i, c) for i, c in enumerate(completions)))
-        return Group(group_id=gid, task_id=task.id, policy_version=BASE_VERSION, trajectories=list(trajs),
+        return Group(group_id=gid, task_id=task.id, policy_version=version, trajectories=list(trajs),
                      backend=backend, extra={"prompt_mode": prompt.mode,
                                              "exemplar_speedups": prompt.exemplar_speedups},
                      prompt_token_ids=list(completions[0].prompt_token_ids) if completions else [])
@@ -197,9 +215,9 @@ class RolloutDriver:
     async def _score(self, graph: ProducerGraph, task: Task, index: int, completion: Completion) -> Trajectory:
         parsed = parse_completion(completion.text, task, self.cfg.eval.backend)
         if parsed.code is None:
-            return trajectory(index, completion, parsed, None, self.cfg.eval.reward.fail_reward)
+            return trajectory(index, completion, parsed, None, self.cfg.eval.reward)
         return trajectory(index, completion, parsed, await self._measure(graph, task, parsed.code),
-                          self.cfg.eval.reward.fail_reward)
+                          self.cfg.eval.reward)
 
     async def _measure(self, graph: ProducerGraph, task: Task, source: str) -> Measurement:
         """Compile pool, then a timer. The build result moves to the timer as an ObjectRef."""
@@ -254,7 +272,7 @@ class RolloutDriver:
                 return
             recent, self._recent = self._recent, []
             sink.log(self._gauges(graph, await graph.buffer.stats.remote()) | group_metrics(recent),
-                     step=self.tally.groups)
+                     step=self._metrics_step())
 
     def _gauges(self, graph: ProducerGraph, buf: dict[str, Any]) -> dict[str, float]:
         wall = max(time.monotonic() - self.t0, 1e-9)
@@ -274,7 +292,7 @@ class RolloutDriver:
             "pipeline/tokens_per_s": self._tokens / wall,
             "pipeline/candidates_per_min": 60.0 * self.tally.completions / wall,
             "pipeline/evaluated_per_min": 60.0 * self._evaluated / wall,
-            "policy/version": BASE_VERSION,
+            "policy/version": self.version,
         }
 
     async def _summary(self, graph: ProducerGraph) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import ray
 from actors.buffer import ReplayBufferActor
 from actors.compiler import CompilerActor
 from actors.generator import GeneratorActor, generator_options
+from actors.learner import LearnerActor, learner_options
 from actors.timer import TimerActor, timer_options
 from cluster.pools import ActorPool
 from rl_kernels.config import Config, EvalConfig
@@ -36,22 +37,37 @@ class ProducerGraph:
     compilers: ActorPool
     timers: ActorPool
     timer_configs: list[EvalConfig]
+    learner: Any | None = None     # train mode only
 
     def all_actors(self) -> list[Any]:
-        return [self.buffer, *self.generators.actors, *self.compilers.actors, *self.timers.actors]
+        learner = [self.learner] if self.learner is not None else []
+        return [self.buffer, *self.generators.actors, *self.compilers.actors, *self.timers.actors, *learner]
 
 
-def required_resources(cfg: Config) -> dict[str, float]:
-    """CPUs and GPUs the producer graph holds while it runs (the buffer holds none)."""
+def required_resources(cfg: Config, *, learner: bool = False) -> dict[str, float]:
+    """CPUs and GPUs the graph holds while it runs (the buffer holds none; the learner, in train
+    mode, one CPU and `learner.num_gpus`)."""
     c = cfg.cluster
-    timer_gpus = 0.0
-    if cfg.eval.backend == "cuda":
-        timer_gpus = (1.0 - c.generator_num_gpus) if cfg.eval.shared_device else 1.0
-    cpus = c.num_generators + c.num_compilers + (c.num_timers if cfg.eval.backend == "cpu" else 0)
-    return {"CPU": float(cpus), "GPU": c.num_generators * c.generator_num_gpus + c.num_timers * timer_gpus}
+    timer_gpus = shared_timer_gpus(cfg, learner=learner) if cfg.eval.backend == "cuda" else 0.0
+    cpus = c.num_generators + c.num_compilers + (c.num_timers if cfg.eval.backend == "cpu" else 0) + learner
+    gpus = c.num_generators * c.generator_num_gpus + c.num_timers * timer_gpus
+    return {"CPU": float(cpus), "GPU": gpus + (cfg.learner.num_gpus if learner else 0.0)}
 
 
-def start_ray(cfg: Config) -> bool:
+def shared_timer_gpus(cfg: Config, *, learner: bool) -> float:
+    """A timer's GPU share: a whole device, or on a shared device (single-GPU smoke runs) what the
+    generator and, in train mode, a learner on the GPU leave of it."""
+    if not cfg.eval.shared_device:
+        return 1.0
+    share = 1.0 - cfg.cluster.generator_num_gpus - (cfg.learner.num_gpus if learner else 0.0)
+    if share <= 0:
+        raise PlacementError(f"eval.shared_device: cluster.generator_num_gpus={cfg.cluster.generator_num_gpus}"
+                             + (f" + learner.num_gpus={cfg.learner.num_gpus}" if learner else "")
+                             + " leave no GPU share for the timer")
+    return share
+
+
+def start_ray(cfg: Config, *, learner: bool = False) -> bool:
     """Join `cluster.ray_address`, or start a local Ray sized for the graph. Returns True when this
     process started Ray (and so must shut it down)."""
     if ray.is_initialized():
@@ -59,7 +75,7 @@ def start_ray(cfg: Config) -> bool:
     if cfg.cluster.ray_address:
         ray.init(address=cfg.cluster.ray_address, log_to_driver=False)
         return True
-    need = required_resources(cfg)["CPU"] + 1   # + the buffer's scheduling slot
+    need = required_resources(cfg, learner=learner)["CPU"] + 1   # + the buffer's scheduling slot
     cores = os.cpu_count() or 1
     num_cpus = cfg.cluster.num_cpus or max(cores, int(need))
     if num_cpus > cores:
@@ -69,9 +85,9 @@ def start_ray(cfg: Config) -> bool:
     return True
 
 
-def check_placement(cfg: Config) -> None:
+def check_placement(cfg: Config, *, learner: bool = False) -> None:
     have = ray.cluster_resources()
-    need = required_resources(cfg)
+    need = required_resources(cfg, learner=learner)
     short = {k: (v, have.get(k, 0.0)) for k, v in need.items() if v > have.get(k, 0.0) + 1e-9}
     if short:
         detail = ", ".join(f"{k}: need {v:g}, the cluster has {h:g}" for k, (v, h) in short.items())
@@ -79,7 +95,8 @@ def check_placement(cfg: Config) -> None:
             f"the producer graph does not fit ({detail}); with cluster.num_generators="
             f"{cfg.cluster.num_generators}, num_compilers={cfg.cluster.num_compilers}, "
             f"num_timers={cfg.cluster.num_timers} (one device each on cuda), "
-            f"generator_num_gpus={cfg.cluster.generator_num_gpus}")
+            f"generator_num_gpus={cfg.cluster.generator_num_gpus}"
+            + (f", learner.num_gpus={cfg.learner.num_gpus}" if learner else ""))
 
 
 def timer_configs(cfg: Config) -> list[EvalConfig]:
@@ -101,11 +118,12 @@ def timer_configs(cfg: Config) -> list[EvalConfig]:
 
 async def build_graph(cfg: Config, *, learner: bool) -> ProducerGraph:
     """Create every actor and wait until each is ready (model loaded, device locked)."""
-    check_placement(cfg)
+    check_placement(cfg, learner=learner)
     c = cfg.cluster
     buffer = ReplayBufferActor.options(max_restarts=0).remote(
-        str(cfg.run_dir), cfg.rollout.max_staleness, cfg.rollout.batch_groups,
-        filter_zero_variance=cfg.rollout.filter_zero_variance, learner=learner)
+        # The staleness unit is the groups consumed per published version.
+        str(cfg.run_dir), cfg.rollout.max_staleness,
+        cfg.rollout.batch_groups * (cfg.learner.publish_every if learner else 1), filter_zero_variance=cfg.rollout.filter_zero_variance, learner=learner)
     compilers = [CompilerActor.options(max_restarts=c.compiler_max_restarts, max_task_retries=0).remote(cfg.eval)
                  for _ in range(c.num_compilers)]
     tcfgs = timer_configs(cfg)
@@ -113,15 +131,20 @@ async def build_graph(cfg: Config, *, learner: bool) -> ProducerGraph:
     for tcfg in tcfgs:
         opts = timer_options(tcfg, max_restarts=c.timer_max_restarts)
         if cfg.eval.backend == "cuda" and cfg.eval.shared_device:
-            opts["num_gpus"] = 1.0 - c.generator_num_gpus
+            opts["num_gpus"] = shared_timer_gpus(cfg, learner=learner)
         timers.append(TimerActor.options(**opts).remote(tcfg))
     generators = [GeneratorActor.options(**generator_options(c, cfg.policy)).remote(
         cfg.policy, cfg.rollout.max_staleness + 2) for _ in range(c.num_generators)]
-    pings = [buffer.stats.remote()] + [a.ready.remote() for a in [*compilers, *timers, *generators]]
-    await asyncio.wait_for(asyncio.gather(*pings), c.ready_timeout_s)
+    trainer = None
+    if learner:
+        # Adapters on disk: what generators may still need (max_staleness + 2 versions, as they keep).
+        trainer = LearnerActor.options(**learner_options(cfg)).remote(cfg, cfg.rollout.max_staleness + 2)
+    extra = [trainer] if trainer is not None else []
+    pings = [buffer.stats.remote()] + [a.ready.remote() for a in [*compilers, *timers, *generators, *extra]]
+    await asyncio.wait_for(asyncio.gather(*pings), max(c.ready_timeout_s, cfg.train.ready_timeout_s if learner else 0))
     return ProducerGraph(buffer=buffer, generators=ActorPool("generate", generators),
                          compilers=ActorPool("compile", compilers), timers=ActorPool("time", timers),
-                         timer_configs=tcfgs)
+                         timer_configs=tcfgs, learner=trainer)
 
 
 def kill_graph(graph: ProducerGraph) -> None:

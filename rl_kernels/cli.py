@@ -1,7 +1,8 @@
-"""`rl-kernels` command line: eval | tasks | bench | rollout (train/report arrive with the learner).
+"""`rl-kernels` command line: eval | tasks | bench | rollout | train | report.
 
-Every subcommand takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`) and
-`--dry-run`, which prints the resolved config and exits.
+Every subcommand but `report` takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`)
+and `--dry-run`, which prints the resolved config and exits. `train --resume RUN_DIR` starts from
+the run's own config.yaml, so only what changes (say, train.max_steps) needs an override.
 """
 
 from __future__ import annotations
@@ -29,11 +30,18 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _resolve(args: argparse.Namespace) -> Config:
     overrides = list(args.overrides)
+    config = args.config
+    if getattr(args, "resume_dir", None):
+        run = Path(args.resume_dir)
+        if not (run / "config.yaml").is_file():
+            raise ConfigError(f"--resume {run}: no config.yaml there, so it is not a run directory")
+        config = config or run / "config.yaml"
+        overrides.append(f"run_dir={run}")
     if args.backend:
         overrides.append(f"eval.backend={args.backend}")
     if args.mode:
         overrides.append(f"eval.timing.mode={args.mode}")
-    return load_config(args.config, overrides)
+    return load_config(config, overrides)
 
 
 def _measurement_line(m: Measurement) -> str:
@@ -184,6 +192,67 @@ def _rollout_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
+    """Generators, compile pool, timers, buffer and the learner on Ray; ends with a summary and
+    the run's report (Ray is imported here: the library itself never imports it)."""
+    from cluster.driver import RunDirError
+    from cluster.train import TrainDriver
+    from rl_kernels.report import write_report
+
+    try:
+        summary = TrainDriver(cfg, resume=bool(args.resume_dir)).run()
+    except RunDirError as exc:
+        raise ConfigError(str(exc).replace("pass --resume", f"pass --resume {cfg.run_dir}")) from None
+    report = write_report(Path(cfg.run_dir))
+    print(_train_summary(summary, report.html))
+    return 0
+
+
+def _train_summary(s: dict[str, Any], report: Path) -> str:
+    trend = s["reward_trend"]
+    fmt = lambda x: f"{x:.3f}" if x is not None else "-"  # noqa: E731
+    best = s["best_speedup_per_task"]
+    resumed = s["resumed_from"]
+    lines = [
+        f"train: {s['steps']} learner steps, policy v{s['version']}, {s['groups']} groups in {s['wall_s']:.0f} s "
+        f"({s['steps_per_hour']:.0f} steps/h, learner idle {s['learner_idle_ratio']:.2f})"
+        + (f"; resumed at step {resumed['step']} (v{resumed['version']}, {resumed['requeued']} groups re-queued)"
+           if resumed else ""),
+        f"  reward trend: first third of steps {fmt(trend['first_steps_reward'])} -> last third "
+        f"{fmt(trend['last_steps_reward'])}; completions parsed {s['parsed']}, compiled {s['compiled']}, "
+        f"correct {s['correct']} of {s['completions']}",
+        "  best speedup per task this session: "
+        + (", ".join(f"{t} {x:.2f}x" for t, x in best.items()) or "none correct yet"),
+        f"  archive: {_archive_line(s['archive'])}",
+        f"  report: {report}",
+        f"  run directory: {s['run_dir']} (checkpoints/, adapters/, trajectories.jsonl, metrics.jsonl, "
+        f"train_summary.json); continue with: rl-kernels train --resume {s['run_dir']} train.max_steps=N",
+    ]
+    return "\n".join(lines)
+
+
+def _archive_line(rows: list[dict[str, Any]]) -> str:
+    """Best archived kernel per task (the archive holds verified kernels only)."""
+    def best(r: dict[str, Any]) -> str:
+        x = r["best_speedup"]
+        return f"{r['task_id']} {x:.2f}x (v{r['best_policy_version']})" if x is not None else f"{r['task_id']} -"
+    return f"{sum(r['count'] for r in rows)} verified kernels; best " + (", ".join(map(best, rows)) or "-")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Draw a run's curves from its files alone: no config is loaded, so any run directory works."""
+    from rl_kernels.report import write_report
+
+    try:
+        report = write_report(Path(args.run_dir), Path(args.out) if args.out else None)
+    except (FileNotFoundError, ValueError) as exc:   # not a run directory, or a corrupt record
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.html)
+    print(report.summary_line())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rl-kernels", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -209,17 +278,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the search in an existing run directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _common(p)
+    p = sub.add_parser("train", help="train the policy with GRPO on Ray: generators, compile pool, timers, "
+                                     "replay buffer and the LoRA/DeepSpeed learner")
+    p.add_argument("--resume", dest="resume_dir", metavar="RUN_DIR",
+                   help="continue RUN_DIR from its last checkpoint (its config.yaml is the base config)")
+    _common(p)
+    p = sub.add_parser("report", help="draw a run's curves and speedups to PNG files and one HTML page")
+    p.add_argument("run_dir", help="run directory (holds trajectories.jsonl and/or metrics.jsonl)")
+    p.add_argument("--out", help="output directory (default: RUN_DIR/report)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "report":   # takes no --config or overrides: there is nothing to resolve
+        return cmd_report(args)
     try:
         cfg = _resolve(args)
         if args.dry_run:
             print(dump_config(cfg), end="")
             return 0
-        handler = {"eval": cmd_eval, "tasks": cmd_tasks, "bench": cmd_bench, "rollout": cmd_rollout}[args.command]
+        handler = {"eval": cmd_eval, "tasks": cmd_tasks, "bench": cmd_bench, "rollout": cmd_rollout,
+                   "train": cmd_train}[args.command]
         return handler(args, cfg)
     except (ConfigError, TaskError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -155,12 +155,21 @@ class RewardConfig(_Strict):
     noise_sigmas: float = Field(3.0, ge=0)
     speedup_ceiling: float = Field(10.0, gt=1)
     remeasure_attempts: int = Field(1, ge=0)
+    # Opt-in shaping for training small models (0 = off, DESIGN.md's pure reward): a failing answer
+    # whose code block parsed earns format_reward, one that also compiled earns compile_reward.
+    # Answers rejected as reward hacks always get fail_reward; a correct kernel always beats both.
+    format_reward: float = 0.0
+    compile_reward: float = 0.0
 
     @model_validator(mode="after")
     def _ordering(self) -> "RewardConfig":
         if self.min_correct_reward <= self.fail_reward:
             raise ValueError("reward.min_correct_reward must exceed reward.fail_reward: a correct "
                              "kernel must always beat a failing one")
+        if not self.fail_reward <= self.format_reward <= self.compile_reward < self.min_correct_reward:
+            raise ValueError("reward shaping needs fail_reward <= format_reward <= compile_reward < "
+                             f"min_correct_reward (got {self.fail_reward}, {self.format_reward}, "
+                             f"{self.compile_reward}, {self.min_correct_reward})")
         return self
 
 
@@ -273,6 +282,63 @@ class GrpoConfig(_Strict):
     kl_coef: float = Field(0.0, ge=0)         # 0: no KL term and no reference model loaded
 
 
+class LoraSettings(_Strict):
+    """The LoRA adapter the learner trains (PEFT `LoraConfig`)."""
+
+    rank: int = Field(16, ge=1)
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+    @field_validator("target_modules")
+    @classmethod
+    def _some_targets(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("LoRA needs at least one target module")
+        return v
+
+
+class LearnerConfig(_Strict):
+    """The trainer: LoRA on the policy's base model under a DeepSpeed engine (learner/trainer.py)."""
+
+    device: str = "cpu"
+    num_gpus: float = Field(0.0, ge=0)          # Ray GPUs reserved for the learner actor
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"   # auto: fp32 on cpu, bf16 on cuda
+    zero_stage: int = Field(2, ge=0, le=3)
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    lr_warmup_steps: int = Field(0, ge=0)
+    lr_decay_steps: int | None = Field(None, ge=1)   # linear/cosine horizon; None: train.max_steps
+    lr_min_ratio: float = Field(0.1, ge=0, le=1)     # floor of the decay, as a fraction of lr
+    max_grad_norm: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(4, ge=1)           # sequences per forward/backward
+    epochs_per_batch: int = Field(1, ge=1)           # optimizer steps on one batch (PPO epochs)
+    gradient_checkpointing: bool = False
+    publish_every: int = Field(1, ge=1)              # learner steps per published policy version
+    seed: int = 0
+
+
+class TrainConfig(_Strict):
+    """`rl-kernels train`: when to stop, and how often to checkpoint."""
+
+    max_steps: int | None = Field(30, ge=1)
+    time_budget_s: float | None = Field(None, gt=0)
+    batch_timeout_s: float = Field(5.0, gt=0)       # the learner's wait per get_batch call
+    checkpoint_every: int = Field(10, ge=1)         # learner steps between checkpoints
+    keep_checkpoints: int = Field(3, ge=1)
+    ready_timeout_s: float = Field(900.0, gt=0)     # learner up (model loaded, engine built)
+
+    @model_validator(mode="after")
+    def _stops(self) -> "TrainConfig":
+        if self.max_steps is None and self.time_budget_s is None:
+            raise ValueError("train needs max_steps or time_budget_s, or it never ends")
+        return self
+
+
 class Config(_Strict):
     run_dir: Path = Path("runs/default")
     suite: str = "builtin"
@@ -283,6 +349,8 @@ class Config(_Strict):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
 
     @model_validator(mode="after")
     def _combinations(self) -> "Config":
@@ -300,6 +368,13 @@ class Config(_Strict):
                 "a generator with a fraction of a GPU (cluster.generator_num_gpus < 1) would share it with "
                 "a timer; timers need exclusive devices. For a single-GPU smoke run say so with "
                 "eval.shared_device=true: every measurement is then marked as taken on a shared device")
+        learner_on_gpu = self.learner.device.startswith("cuda")
+        if learner_on_gpu != (self.learner.num_gpus > 0):
+            raise ValueError(f"learner.device={self.learner.device} needs learner.num_gpus > 0 exactly when it "
+                             f"is a cuda device (got num_gpus={self.learner.num_gpus})")
+        if self.learner.dtype == "bfloat16" and not learner_on_gpu:
+            raise ValueError("learner.dtype bfloat16 on a cpu learner: CPUs without fast bf16 train slowly "
+                             "and lossily; use learner.dtype=float32 (or auto)")
         return self
 
 

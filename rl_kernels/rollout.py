@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_kernels.archive import KernelArchive
-from rl_kernels.config import Backend, PromptConfig
+from rl_kernels.config import Backend, PromptConfig, RewardConfig
+from rl_kernels.metrics import HACK_REASONS
 from rl_kernels.policy import Completion, Messages
 from rl_kernels.prompts import Exemplar, ParsedAnswer, build_prompt
 from rl_kernels.trajectories import Group, Trajectory
@@ -73,15 +74,26 @@ def build_failure(task: Task, build: Build, backend: str, mode: str, fail_reward
                        build_seconds=build.seconds)
 
 
+def training_reward(measurement: Measurement | None, cfg: RewardConfig) -> float:
+    """The evaluator's reward, plus the opt-in shaping of failures (`reward.format_reward`,
+    `reward.compile_reward`): never for an answer without code nor for a rejected hack."""
+    if measurement is None or measurement.rejected in HACK_REASONS:
+        return cfg.fail_reward
+    if measurement.correct:
+        return measurement.reward
+    return cfg.compile_reward if measurement.compiled else cfg.format_reward
+
+
 def trajectory(index: int, completion: Completion, parsed: ParsedAnswer, measurement: Measurement | None,
-               fail_reward: float) -> Trajectory:
+               reward_cfg: RewardConfig) -> Trajectory:
     """One scored completion. `measurement` is None exactly when no code could be extracted; then
     the parser's reason code goes to `detail` (the key `group_metrics` reports it under)."""
+    reward = training_reward(measurement, reward_cfg)
     if measurement is None:
         assert parsed.reason is not None
-        reward, detail = fail_reward, parsed.reason
+        detail = parsed.reason
     else:
-        reward, detail = measurement.reward, ""
+        detail = ""
     return Trajectory(index=index, completion=completion.text, source=parsed.code, reward=reward,
                       measurement=measurement, token_ids=list(completion.token_ids),
                       logprobs=list(completion.logprobs), finish_reason=completion.finish_reason,

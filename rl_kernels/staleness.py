@@ -90,6 +90,11 @@ class StalenessManager:
 
     def capacity(self) -> int:
         """How many more groups may start now; never negative (a slot is taken only when >= 1)."""
+        return max(0, self._budget_left())
+
+    def _budget_left(self) -> int:
+        """The rule above; negative only after a resume re-queued groups consumed by lost steps (the
+        producers then wait until the learner has caught up)."""
         if not self.learner:
             return (self.max_staleness + 1) * self.batch_groups - (len(self._buffered) + len(self._running))
         budget = (self.max_staleness + self._version + 1) * self.batch_groups
@@ -215,7 +220,7 @@ class StalenessManager:
                 self._accepted == self._consumed + self._dropped_stale + len(self._buffered),
             "each submitted id is tracked exactly once":
                 self._submitted == len(self._running) + len(self._buffered) + len(self._done),
-            "capacity >= 0": self.capacity() >= 0,
+            "running groups fit the budget": self._budget_left() >= 0 or not self._running,
         }
         broken = [name for name, ok in checks.items() if not ok]
         if broken:

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from rl_kernels.archive import KernelArchive
-from rl_kernels.config import PromptConfig
+from rl_kernels.config import PromptConfig, RewardConfig
 from rl_kernels.policy import Completion
 from rl_kernels.prompts import parse_completion
-from rl_kernels.rollout import SEED_POLICY_VERSION, Tally, TaskCycle, build_failure, make_prompt, trajectory
+from rl_kernels.rollout import (SEED_POLICY_VERSION, Tally, TaskCycle, build_failure, make_prompt, trajectory,
+                                training_reward)
 from rl_kernels.tasks import get_task
 from rl_kernels.trajectories import Group
 from rl_kernels.types import Build, Measurement
@@ -67,11 +68,11 @@ def test_trajectory_from_parsed_and_unparsed_completions() -> None:
     good = _completion(ANSWER)
     parsed = parse_completion(good.text, TASK, "cpu")
     m = _measured(1.5, reward=1.3)
-    t = trajectory(2, good, parsed, m, fail_reward=0.0)
+    t = trajectory(2, good, parsed, m, RewardConfig())
     assert (t.index, t.source, t.reward, t.measurement, t.token_ids, t.logprobs) == (
         2, "print(1)\n", 1.3, m, [5, 6, 7], [-0.1, -0.2, -0.3])
     bad = _completion("no code here")
-    t = trajectory(0, bad, parse_completion(bad.text, TASK, "cpu"), None, fail_reward=0.0)
+    t = trajectory(0, bad, parse_completion(bad.text, TASK, "cpu"), None, RewardConfig())
     assert t.source is None and t.measurement is None and t.reward == 0.0 and t.detail == "no_code_block"
 
 
@@ -84,11 +85,11 @@ def test_build_failure_keeps_the_gate_reason() -> None:
 def test_tally_counts_and_best_speedups() -> None:
     parsed = parse_completion(ANSWER, TASK, "cpu")
     unparsed = parse_completion("nothing", TASK, "cpu")
-    trajs = [trajectory(0, _completion(ANSWER), parsed, _measured(1.5), 0.0),
-             trajectory(1, _completion(ANSWER), parsed, _measured(2.5), 0.0),
+    trajs = [trajectory(0, _completion(ANSWER), parsed, _measured(1.5), RewardConfig()),
+             trajectory(1, _completion(ANSWER), parsed, _measured(2.5), RewardConfig()),
              trajectory(2, _completion(ANSWER), parsed, Measurement(task=TASK.id, backend="cpu", mode="kernel",
-                                                                     compiled=True, rejected="incorrect"), 0.0),
-             trajectory(3, _completion("nothing"), unparsed, None, 0.0)]
+                                                                     compiled=True, rejected="incorrect"), RewardConfig()),
+             trajectory(3, _completion("nothing"), unparsed, None, RewardConfig())]
     tally = Tally()
     tally.add(Group("g1", TASK.id, 0, trajs, backend="cpu"), "accepted")
     s = tally.summary()
@@ -96,3 +97,17 @@ def test_tally_counts_and_best_speedups() -> None:
     assert s["best_speedup_per_task"] == {TASK.id: 2.5} and s["group_status"] == {"accepted": 1}
     assert s["rejections"] == {"incorrect": 1, "parse/no_code_block": 1}
     assert tally.postfix()["best"] == "2.50x"
+
+
+def test_reward_shaping_is_opt_in_and_never_pays_a_hack() -> None:
+    cfg = RewardConfig(format_reward=0.01, compile_reward=0.02)
+    def m(**kw: object) -> Measurement:
+        return Measurement(task=TASK.id, backend="cpu", mode="kernel", **kw)
+    assert training_reward(None, cfg) == 0.0                                   # no code at all
+    assert training_reward(m(rejected="compile_error"), cfg) == 0.01           # code, did not build
+    assert training_reward(m(compiled=True, rejected="incorrect"), cfg) == 0.02
+    assert training_reward(m(compiled=True, rejected="side_stream"), cfg) == 0.0   # a hack: nothing
+    assert training_reward(m(compiled=True, correct=True, reward=1.2), cfg) == 1.2
+    assert training_reward(m(compiled=True, rejected="incorrect"), RewardConfig()) == 0.0   # off by default
+    with pytest.raises(ValueError, match="format_reward <= compile_reward < min_correct_reward"):
+        RewardConfig(format_reward=0.02, compile_reward=0.01)

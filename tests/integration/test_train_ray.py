@@ -1,0 +1,102 @@
+"""`rl-kernels train` end to end on a local CPU Ray cluster: generators, compile pool, timer, replay
+buffer and the LoRA/DeepSpeed learner, with real builds and evaluations; nothing is mocked.
+
+The policy is a one-layer Llama trained in the module fixture to answer with one of two texts,
+uniformly: a valid kernel for builtin/scale_bias_relu (reward ~1) or an answer without code
+(reward 0), so most groups have reward variance and the learner has something to train on.
+
+What must hold: learner steps publish versions 1, 2, 3 in order, groups sampled after a
+publication carry the newer version, no batch holds a group staler than max_staleness, and a run
+that crashed after a step but before its checkpoint resumes from the previous checkpoint: the
+lost step's groups are trained again, its version number is published again, and every group is
+consumed exactly once by the steps the final weights include.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from test_rollout_ray import ANSWER, MAX_NEW_TOKENS, TASK  # noqa: E402
+from tiny_model import save_memorizing_llama  # noqa: E402
+
+from cluster.train import SUMMARY, TrainDriver  # noqa: E402
+from learner.publish import published_versions  # noqa: E402
+from rl_kernels.buffer_restore import RESUMED, restore_buffer  # noqa: E402
+from rl_kernels.config import Config, load_config  # noqa: E402
+from rl_kernels.metrics import read_metrics  # noqa: E402
+from rl_kernels.trajectories import read_groups, read_records  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+NO_CODE = "### Performance analysis\nI am not sure.\n### Code\nnothing yet\n"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Any:
+    ray.init(num_cpus=6, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_memorizing_llama(tmp_path_factory.mktemp("memorizing"), [ANSWER, NO_CODE])
+
+
+def _config(run_dir: Path, model_dir: Path, cache_dir: Path, *overrides: str) -> Config:
+    return load_config(REPO / "configs" / "local.yaml", [
+        f"run_dir={run_dir}", f"policy.model={model_dir}", f"policy.max_new_tokens={MAX_NEW_TOKENS}",
+        "policy.group_size=4", f"rollout.tasks=[{TASK}]", "rollout.max_groups=100", "rollout.slot_poll_s=0.1",
+        "rollout.batch_groups=1", "rollout.max_staleness=1", "prompts.mode=plain",
+        "learner.lr=1e-3", "learner.lora.rank=4", "train.max_steps=3", "train.checkpoint_every=2",
+        "train.batch_timeout_s=1", "metrics.interval_s=1", "metrics.wandb=false",
+        f"eval.build.cache_dir={cache_dir}", "eval.sandbox.timeout_s=120", "eval.timing.warmup=1",
+        f"eval.timing.cpu_cache_bytes={2**20}", *overrides])
+
+
+def _consumptions(run_dir: Path) -> list[dict[str, Any]]:
+    return [r for r in read_records(run_dir) if r.get("event") in ("consumed", RESUMED)]
+
+
+def test_train_then_resume_after_a_lost_step(ray_cluster: Any, model_dir: Path, tmp_path: Path) -> None:
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    first = TrainDriver(_config(run, model_dir, cache)).run()
+
+    assert (first["steps"], first["version"]) == (3, 3)
+    versions = {g.group_id: g.policy_version for _, g in read_groups(run)}
+    events = _consumptions(run)
+    assert [e["step"] for e in events] == [1, 2, 3]
+    for e in events:   # at consumption the learner was at step - 1 (= its version)
+        assert all(e["step"] - 1 - versions[gid] <= 1 for gid in e["group_ids"]), (e, versions)
+    assert max(versions.values()) >= 1, "no group was sampled with a published adapter"
+    assert 3 in first["generators"][0]["loaded_versions"]
+    assert published_versions(run) == [1, 2, 3]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir()) == ["step-2", "step-3"]
+    learner_rows = [r for r in read_metrics(run) if "learner/loss" in r]
+    assert [r["step"] for r in learner_rows] == [1, 2, 3]
+    assert all(r["learner/tokens"] >= 0 and r["policy/version"] == r["step"] for r in learner_rows)
+    assert json.loads((run / SUMMARY).read_text())["steps"] == 3
+
+    # A crash after step 3, before its checkpoint: the newest checkpoint is step 2 (policy v2).
+    shutil.rmtree(run / "checkpoints" / "step-3")
+    lost = events[-1]["group_ids"]
+    second = TrainDriver(_config(run, model_dir, cache, "train.max_steps=5"), resume=True).run()
+
+    assert second["resumed_from"]["step"] == 2 and second["resumed_from"]["version"] == 2
+    assert second["resumed_from"]["requeued"] >= len(lost)
+    assert (second["steps"], second["version"]) == (5, 5)
+    after = _consumptions(run)[len(events):]
+    assert after[0] == {**after[0], "event": RESUMED, "step": 2, "version": 2}
+    assert [e["step"] for e in after[1:]] == [3, 4, 5]
+    assert after[1]["group_ids"] == lost, "the lost step's group is trained again first"
+    assert published_versions(run) == [2, 3, 4, 5]   # v3 re-published; v2 kept for checkpoint step-2
+    # Replaying the whole file as of the final checkpoint: each group consumed once, none left over.
+    final = restore_buffer(read_records(run), step=5, version=5, max_staleness=1, batch_groups=1)
+    assert final.requeued == [] and final.manager.stats()["consumed"] == 5
+    learner_steps = [r["step"] for r in read_metrics(run) if "learner/loss" in r]
+    assert learner_steps == [1, 2, 3, 3, 4, 5]
