@@ -1,7 +1,9 @@
-"""Shared fixtures: one build cache for the whole session (the torch PCH is built once)."""
+"""Shared fixtures: one build cache for the whole session (the torch PCH is built once), and a
+local Ray cluster per module for the driver tests."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,3 +23,14 @@ def cpu_config(cache_dir: Path) -> EvalConfig:
     cfg = load_config(REPO / "configs" / "local.yaml", [f"eval.build.cache_dir={cache_dir}",
                                                          "eval.sandbox.timeout_s=120"])
     return cfg.eval
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """A CPU-only local Ray with room for the embedded default's graph (a module that needs other
+    resources defines its own `ray_cluster`)."""
+    import ray
+
+    ray.init(num_cpus=6, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()

@@ -61,13 +61,6 @@ T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    ray.init(num_cpus=6, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_memorizing_llama(tmp_path_factory.mktemp("memorizing"), ANSWER)
 

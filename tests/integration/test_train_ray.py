@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray")
+pytest.importorskip("ray")
 from test_rollout_ray import ANSWER, MAX_NEW_TOKENS, TASK  # noqa: E402
 from tiny_model import save_memorizing_llama  # noqa: E402
 
@@ -34,13 +34,6 @@ from rl_kernels.trajectories import read_groups, read_records  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 NO_CODE = "### Performance analysis\nI am not sure.\n### Code\nnothing yet\n"
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    ray.init(num_cpus=6, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
