@@ -58,9 +58,9 @@ class TrainDriver(RolloutDriver):
         step, version = (int(state["step"]), int(state["version"])) if state else (0, 0)
         books = await graph.buffer.restore.remote(step, version)
         self.step, self.version = step, version
+        self._submitted = int(books["submitted"])   # every group the file knows: ids keep counting up
         if state is not None:
             self.rng.setstate(_as_rng_state(state["driver"]["rng"]))
-            self._submitted = int(state["driver"]["submitted"])
         if version > 0:
             from learner.publish import adapter_dir
 
@@ -150,7 +150,7 @@ class TrainDriver(RolloutDriver):
         self._weight_sync_s.append(time.monotonic() - t0)
 
     async def _checkpoint(self, graph: ProducerGraph) -> None:
-        driver = {"rng": self.rng.getstate(), "submitted": self._submitted}
+        driver = {"rng": self.rng.getstate()}
         await graph.learner.save_checkpoint.remote({"driver": driver, "buffer": await graph.buffer.state_dict.remote()})
 
     def _console_line(self, graph: ProducerGraph, out: dict[str, Any], batch: dict[str, float]) -> str:
