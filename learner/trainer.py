@@ -52,6 +52,12 @@ def init_distributed(device: str) -> None:
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    if not on_gpu and os.environ["WORLD_SIZE"] == "1":
+        # DeepSpeed's cpu backend JIT-builds its shared-memory all-reduce op on init (~50 s on two
+        # cores), which only a multi-process cpu world uses; its op table is meant to be edited.
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
 
 
