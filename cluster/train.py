@@ -39,6 +39,7 @@ class TrainDriver(RolloutDriver):
         super().__init__(*args, **kwargs)
         self.progress = False   # the per-step console line is the progress report
         self.step = 0
+        self._start_step = 0   # the step this process started at (a resumed run's rates count from it)
         self.resumed_from: dict[str, Any] | None = None
         self._learner_done = False
         self._learner_wait_s = 0.0
@@ -58,6 +59,7 @@ class TrainDriver(RolloutDriver):
         step, version = (int(state["step"]), int(state["version"])) if state else (0, 0)
         books = await graph.buffer.restore.remote(step, version)
         self.step, self.version = step, version
+        self._start_step = step
         self._submitted = int(books["submitted"])   # every group the file knows: ids keep counting up
         if state is not None:
             self.rng.setstate(_as_rng_state(state["driver"]["rng"]))
@@ -133,7 +135,7 @@ class TrainDriver(RolloutDriver):
                   "policy/version": self.version, "learner/step": self.step,
                   "learner/idle_ratio": self._learner_wait_s / wall,
                   "learner/busy_ratio": self._learner_busy_s / wall,
-                  "learner/steps_per_hour": 3600.0 * self.step / wall}
+                  "learner/steps_per_hour": 3600.0 * (self.step - self._start_step) / wall}
         if self._weight_sync_s:
             record["learner/weight_sync_s"] = self._weight_sync_s[-1]
         sink.log(record, step=self.step)
@@ -160,7 +162,7 @@ class TrainDriver(RolloutDriver):
                 f"| best {f'{best:.2f}x' if best else '-':>6} | stale {out['learner/staleness_mean']:.1f} "
                 f"| loss {out['learner/loss']:+.4f} clip {out['learner/clip_fraction']:.3f} "
                 f"| queues gen {graph.generators.waiting} compile {graph.compilers.waiting} time {graph.timers.waiting} "
-                f"| {out['learner/step_s']:.1f} s/step")
+                f"| {(time.monotonic() - self.t0) / max(self.step - self._start_step, 1):.0f} s/step wall, learner {out['learner/step_s']:.1f} s")
 
     # ---- the end --------------------------------------------------------------------------------
     async def _summary(self, graph: ProducerGraph) -> dict[str, Any]:
@@ -172,7 +174,8 @@ class TrainDriver(RolloutDriver):
         wall = max(time.monotonic() - self.t0, 1e-9)
         return {**summary, "steps": self.step, "version": self.version, "resumed_from": self.resumed_from,
                 "reward_trend": trend, "history": hist,
-                "learner_idle_ratio": self._learner_wait_s / wall, "steps_per_hour": 3600.0 * self.step / wall,
+                "learner_idle_ratio": self._learner_wait_s / wall,
+                "steps_per_hour": 3600.0 * (self.step - self._start_step) / wall,
                 "weight_sync_s_median": statistics.median(self._weight_sync_s) if self._weight_sync_s else None,
                 "best_kernels": self.archive.summary()}
 
