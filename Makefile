@@ -27,7 +27,7 @@ run: $(VENV)/.model
 	$(VENV)/bin/rl-kernels train --config $(CONFIG) run_dir=$(RUN_DIR)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 test-all: $(VENV)/.installed
 	$(PY) -m pytest -q --runslow
