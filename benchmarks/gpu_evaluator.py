@@ -1,6 +1,7 @@
 """Evaluator measurements on one GPU, in one run: fidelity, noise, hack rejection, throughput.
 
-    python benchmarks/gpu_evaluator.py --out DIR [--config configs/h200.yaml] [--sections a,b] [overrides]
+    python benchmarks/gpu_evaluator.py --out DIR [--config configs/h200.yaml] [--sections a,b]
+                                       [--candidates REGEX] [overrides]
 
 Writes DIR/gpu_evaluator.json and DIR/gpu_evaluator.md (tables) after every section, so a run cut
 short still reports what it finished.  Sections (all by default, in this order):
@@ -8,7 +9,7 @@ short still reports what it finished.  Sections (all by default, in this order):
               the cache (eval.build.cache_dir).
   fidelity    torch.matmul HGEMM over 12 shapes (64^3 .. 8192^3): our `kernel`-mode median, under
               several protocol variants, against triton.testing.do_bench's median in the same
-              process, with the mean SM clock and board power (NVML) while each variant ran.
+              process.
   noise       torch.matmul timed as candidate against itself as baseline (interleaved): the
               speedup's spread over repeats, and the per-call trace split by pool set and position.
   candidates  honest CUDA kernels (tiled, WMMA, CuTe sm_90a, fp16-acc seed), every GPU hack of
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -96,20 +98,28 @@ def _with_timing(cfg: EvalConfig, overrides: dict[str, Any]) -> EvalConfig:
     return cfg.model_copy(update={"timing": cfg.timing.model_copy(update=overrides)})
 
 
-def _poison_only_median(problem: HgemmProblem, cfg: EvalConfig) -> float:
-    """Our protocol with the inputs' fresh values switched off (outputs still poisoned): isolates
-    what the refresh work between timed calls does to the timed calls."""
+def _control_median(problem: HgemmProblem, cfg: EvalConfig, fresh: str) -> float:
+    """Our protocol with the fresh input values handled otherwise: "none" (outputs still poisoned)
+    isolates what refreshing does to the timed calls; "every_call" is the previous protocol (one
+    set refreshed right before each call instead of the pool in bursts)."""
     pool = [problem.make_set("normal", 200 + j) for j in range(pool_size(problem, "cuda", cfg))]
-    side = Side(lambda i: problem.call_baseline("torch_matmul", pool[i]), lambda i: problem.prepare(pool[i]))
+    gen = torch.Generator(device="cuda").manual_seed(9)
+
+    def prepare(i: int) -> None:
+        if fresh == "every_call":
+            problem.refresh(pool[i], "normal", gen)
+        problem.prepare(pool[i])
+
+    side = Side(lambda i: problem.call_baseline("torch_matmul", pool[i]), prepare)
     flusher = Flusher("cuda", 2 * cache_bytes("cuda", cfg))
     res = interleaved({"m": side}, len(pool), cfg.timing, "cuda", flusher)
     return statistics.median(res.ms["m"])
 
 
 def fidelity(cfg: EvalConfig, rounds: int = 3) -> list[dict[str, Any]]:
-    """Per shape, `rounds` rounds of: do_bench (fixed buffers), our timing as configured, our timing
-    with a host sync per call, ours without fresh input values, and do_bench of the GEMM inside our
-    per-call load (do_bench(refresh + poison + GEMM) - do_bench(refresh + poison)).  Ratios are taken
+    """Per shape, `rounds` rounds of: do_bench (fixed buffers), our timing as configured (the
+    evaluator's own path), ours with a host sync per call, ours without fresh input values, and ours
+    with one set refreshed before every call (the protocol before 2026-12-03).  Ratios are taken
     within a round (same thermal state) and the median over rounds is reported."""
     from triton.testing import do_bench
 
@@ -120,39 +130,27 @@ def fidelity(cfg: EvalConfig, rounds: int = 3) -> list[dict[str, Any]]:
         problem = HgemmProblem(spec, "cuda", cfg)
         s = problem.make_set("normal", 1)
         a, b, c = s.args[0], s.args[1], s.outputs[0]
-        pool = [problem.make_set("normal", 100 + j) for j in range(pool_size(problem, "cuda", cfg))]
-        gen = torch.Generator(device="cuda").manual_seed(3)
-        nxt = iter(range(10**9))
-
-        def prep() -> Any:
-            p = pool[next(nxt) % len(pool)]
-            problem.refresh(p, "normal", gen)
-            problem.prepare(p)
-            return p
-
-        def prep_and_gemm() -> None:
-            p = prep()
-            torch.matmul(p.args[0], p.args[1], out=p.outputs[0])
-
         cols: dict[str, list[float]] = {key: [] for key in ("do_bench_ms", "ours", "ours_sync1", "ours_no_refresh",
-                                                             "do_bench_in_our_load")}
+                                                             "ours_refresh_every_call")}
         for _ in range(rounds):
             ref = do_bench(lambda: torch.matmul(a, b, out=c), warmup=25, rep=100, return_mode="median")
             cols["do_bench_ms"].append(ref)
             for key, ccfg in (("ours", cfg), ("ours_sync1", sync1)):
                 res = timing(problem, ccfg, "cuda", 0, "torch_matmul", candidate=False)
                 cols[key].append(statistics.median(res["samples_ms"]["torch_matmul"]) / ref)
-            cols["ours_no_refresh"].append(_poison_only_median(problem, cfg) / ref)
-            loaded = (do_bench(prep_and_gemm, warmup=25, rep=100, return_mode="median")
-                      - do_bench(prep, warmup=25, rep=100, return_mode="median"))
-            cols["do_bench_in_our_load"].append(loaded / ref)
-        row: dict[str, Any] = {"M_N_K": f"{m}_{n}_{k}", "GFLOP": spec.flops / 1e9}
+            cols["ours_no_refresh"].append(_control_median(problem, cfg, "none") / ref)
+            cols["ours_refresh_every_call"].append(_control_median(problem, cfg, "every_call") / ref)
+            torch.cuda.empty_cache()
+        row: dict[str, Any] = {"M_N_K": f"{m}_{n}_{k}", "GFLOP": spec.flops / 1e9,
+                               "pool_sets": pool_size(problem, "cuda", cfg)}
         row.update({key: statistics.median(v) for key, v in cols.items()})
-        row["ours_vs_in_load"] = row["ours"] / row["do_bench_in_our_load"]
         row["ours_rounds"] = [round(x, 4) for x in cols["ours"]]
+        # The yardstick's own movement between rounds (max/min - 1): at power-limited shapes do_bench
+        # reads differently depending on what the GPU ran in the preceding second.
+        row["do_bench_spread"] = max(cols["do_bench_ms"]) / min(cols["do_bench_ms"]) - 1
         row["TFLOP/s_ours"] = spec.flops / (row["ours"] * row["do_bench_ms"]) / 1e9
         rows.append(row)
-        pool.clear()
+        del s, a, b, c
         torch.cuda.empty_cache()
     return rows
 
@@ -190,15 +188,17 @@ def noise(cfg: EvalConfig, repeats: int = 5) -> list[dict[str, Any]]:
             def run(i: int) -> Any:
                 return problem.call_baseline("torch_matmul", pool[i])
 
-            def prepare(i: int) -> None:   # as the evaluator: fresh values, poisoned output
+            def refresh(i: int) -> None:   # as the evaluator: fresh values in pool bursts,
                 problem.refresh(pool[i], vcfg.timing.input_distribution, gen)
+
+            def prepare(i: int) -> None:   # and a poisoned output before every call
                 problem.prepare(pool[i])
 
             flusher = Flusher("cuda", 2 * cache_bytes("cuda", vcfg))
             speedups, spreads, traces = [], [], []
             for r in range(repeats):
                 smp = interleaved({"self_a": Side(run, prepare), "self_b": Side(run, prepare)}, size,
-                                  vcfg.timing, "cuda", flusher, seed=r)
+                                  vcfg.timing, "cuda", flusher, seed=r, refresh=refresh)
                 a, b = smp.ms["self_a"], smp.ms["self_b"]
                 speedups.append(statistics.median(b) / statistics.median(a))
                 spreads.append(rel_spread([x / y for x, y in zip(b, a)]))
@@ -228,6 +228,9 @@ def _task(task_ref: str) -> Task:
     return _module_task(task_ref) if task_ref.startswith("file:") else get_task(task_ref)
 
 
+CANDIDATE_FILTER: re.Pattern[str] | None = None   # --candidates REGEX: the build and candidates sections take only matches
+
+
 def _candidate_list() -> list[tuple[str, str, list[str] | None, bool]]:
     """(candidate, task reference, acceptable rejections or None for must-pass, inert)."""
     items: list[tuple[str, str, list[str] | None, bool]] = [(f, t, None, False) for f, t in HONEST]
@@ -238,6 +241,8 @@ def _candidate_list() -> list[tuple[str, str, list[str] | None, bool]]:
             items.append(("hacks/" + e["file"], ref, e["expected"], bool(e.get("inert"))))
     for task in load_suite("builtin"):
         items.append((f"seed:{task.id}", task.id, None, False))
+    if CANDIDATE_FILTER is not None:
+        items = [item for item in items if CANDIDATE_FILTER.search(item[0])]
     return items
 
 
@@ -307,12 +312,15 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--config", default=str(REPO / "configs" / "h200.yaml"))
     ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap.add_argument("--candidates", metavar="REGEX", help="build and evaluate only the candidates matching this")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     sections = args.sections.split(",")
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         ap.error(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
+    global CANDIDATE_FILTER
+    CANDIDATE_FILTER = re.compile(args.candidates) if args.candidates else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(args.config, args.overrides).eval

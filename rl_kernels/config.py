@@ -117,6 +117,10 @@ class TimingConfig(_Strict):
     samples: int = Field(30, ge=30)
     pool_l2_multiple: float = Field(3.0, ge=1.0)
     max_pool_sets: int = Field(32, ge=2)
+    # cuda: sets used between two pool refreshes (memory permitting), so the fresh-value writes come
+    # in bursts between runs of this many calls instead of between every two (the GPU's clocks
+    # follow its duty cycle). The cpu pool only needs to defeat the caches.
+    cuda_min_pool_sets: int = Field(16, ge=2)
     max_pool_bytes: int = Field(8 * 1024**3, gt=0)
     cpu_cache_bytes: int = Field(64 * 1024 * 1024, gt=0)
     cpu_cores: list[int] | None = None

@@ -2,8 +2,12 @@
 
 Protocol (DESIGN.md, "Evaluation protocol" step 4):
 - `kernel` mode: per sample, outputs poisoned and the L2 (or the CPU caches) flushed *before* the
-  timed region; CUDA events around the call on the current stream; a fresh input set from a
-  rotating pool larger than L2 per call; warm-up excluded.  Sides are interleaved in rounds, each
+  timed region; CUDA events around the call on the current stream; warm-up excluded.  Inputs come
+  from a pool of sets larger than L2, and no call sees values an earlier call saw: each set is
+  used once, then the whole pool gets fresh values in one burst before any set is used again.
+  (Refreshing one set before every call gives the same guarantee, but the GPU then spends as
+  much time writing random inputs as computing large GEMMs, runs them at a higher clock than under
+  a sustained load, and read an 8192^3 GEMM 9% faster than triton's do_bench; docs/EVALUATOR.md.)  Sides are interleaved in rounds, each
   round in a random order, so neither side profits from its position.  On cuda the calls are
   queued back to back (`timing.sync_every` calls per host sync), so the GPU runs the protocol as a
   sustained load without host-side idle gaps.  A separate *sync guard* re-times a few calls with a device-wide
@@ -165,9 +169,14 @@ def interleaved(
     recheck: Callable[[int, Any], None] | None = None,
     recheck_calls: int = 3,
     seed: int = 0,
+    refresh: Callable[[int], None] | None = None,
 ) -> Samples:
     """Warm up, then take cfg.samples interleaved samples of every side.
 
+    `refresh(i)` writes fresh values into pool set i.  With it, every timed call gets a set that no
+    call has used since its last refresh (drawn at random, so the candidate cannot predict which
+    buffers come next), and the pool is refreshed as a whole when none is left: a value-keyed
+    output cache or a "skip if the inputs did not change" kernel never sees an input twice.
     `recheck(i, out)` is called (outside the timed region) for `recheck_calls` randomly chosen timed calls of `recheck_side`: a candidate that caches, skips or defers work on
     some calls is caught because it cannot know which calls are checked.
     """
@@ -177,6 +186,17 @@ def interleaved(
     for w in range(cfg.warmup):
         for name in names:
             clock.measure(sides[name], (w + 1) % pool_size)
+    unused: list[int] = []
+
+    def next_set() -> int:
+        if refresh is None:
+            return rng.randrange(pool_size)
+        if not unused:
+            for j in range(pool_size):
+                refresh(j)
+            unused.extend(range(pool_size))
+        return unused.pop(rng.randrange(len(unused)))
+
     result = Samples(ms={n: [] for n in names})
     # Checked calls come from the second half, where every pool set has been seen before, so
     # a cache or a skipped call would be answering from an earlier visit.
@@ -204,7 +224,7 @@ def interleaved(
         for name in order:
             # A random pool set per call: no side is tied to a fixed subset of the pool, and the
             # candidate cannot predict which buffers come next.
-            i = rng.randrange(pool_size)
+            i = next_set()
             checked = recheck is not None and name == recheck_side and k in checks
             if queued:
                 interval, out = clock.enqueue(sides[name], i)
@@ -226,8 +246,8 @@ def interleaved(
         for name in names:
             gaps = []
             for g in range(cfg.sync_guard_samples):
-                guarded, _ = clock.measure(sides[name], g % pool_size, guard=True)
-                plain, _ = clock.measure(sides[name], g % pool_size)
+                guarded, _ = clock.measure(sides[name], next_set(), guard=True)
+                plain, _ = clock.measure(sides[name], next_set())
                 gaps.append(guarded - plain)
             result.guard_gap_ms[name] = median(gaps)
     return result

@@ -97,6 +97,8 @@ def pool_size(problem: Any, device: str, cfg: EvalConfig) -> int:
     """Enough input sets that cycling through them never hits a warm cache."""
     cache = cache_bytes(device, cfg)
     need = math.ceil(cfg.timing.pool_l2_multiple * cache / max(problem.set_bytes, 1))
+    if device == "cuda":
+        need = max(need, cfg.timing.cuda_min_pool_sets)
     fit = max(cfg.timing.max_pool_bytes // max(problem.set_bytes, 1), 2)
     return int(max(2, min(need, fit, cfg.timing.max_pool_sets)))
 
@@ -197,9 +199,12 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
     pool = [problem.make_set(dist, seed + 5000 + i) for i in range(n)]
     gen = torch.Generator(device=device).manual_seed(seed + 7000)
 
-    def prepare(i: int) -> None:
-        """Fresh values in set i before every call (outside the timed region), then poison outputs."""
+    def refresh(i: int) -> None:
+        """Fresh values in set i (`interleaved` refreshes the whole pool once every set was used)."""
         problem.refresh(pool[i], dist, gen)
+
+    def prepare(i: int) -> None:
+        """Before every call, outside the timed region: poison the outputs."""
         problem.prepare(pool[i])
 
     sides: dict[str, Side] = {}
@@ -218,7 +223,7 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
     samples = interleaved(sides, n, cfg.timing, device, flusher,
                           recheck_side="candidate" if candidate else None,
                           recheck=recheck if candidate else None,
-                          recheck_calls=cfg.correctness.recheck_timed_calls, seed=seed)
+                          recheck_calls=cfg.correctness.recheck_timed_calls, seed=seed, refresh=refresh)
     return {"samples_ms": samples.ms, "guard_gap_ms": samples.guard_gap_ms, "pool_sets": n,
             "rechecked": samples.rechecked, "sm_clock_mhz": samples.sm_clock_mhz}
 

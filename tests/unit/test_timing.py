@@ -41,3 +41,32 @@ def test_interleaved_cpu_times_both_sides_and_rechecks(mode: str) -> None:
     firsts = [r[0] for r in rounds]
     assert 5 <= firsts.count("fast") <= 25                      # in a random order
     assert len(set(seen)) > 4                                   # a pool of sets, not one buffer
+
+
+def test_no_timed_call_sees_values_an_earlier_call_saw() -> None:
+    """With `refresh`, each set is used at most once between refreshes, and refreshes come as one
+    burst over the whole pool (not one write before every call)."""
+    cfg = TimingConfig(samples=30, warmup=1)
+    events: list[tuple[str, int]] = []
+
+    def run(i: int) -> int:
+        events.append(("run", i))
+        return i
+
+    pool = 6
+    interleaved({"a": Side(run), "b": Side(run)}, pool, cfg, "cpu", None,
+                refresh=lambda i: events.append(("refresh", i)), seed=3)
+    timed = events[2 * cfg.warmup:]
+    assert timed[:pool] == [("refresh", j) for j in range(pool)]   # the warm-up's sets are refreshed first
+    fresh: set[int] = set()
+    runs = 0
+    for kind, i in timed:
+        if kind == "refresh":
+            fresh.add(i)
+        else:
+            assert i in fresh, f"set {i} timed again without fresh values"
+            fresh.discard(i)
+            runs += 1
+    assert runs == 2 * cfg.samples
+    bursts = [j for j in range(len(timed)) if timed[j][0] == "refresh" and (j == 0 or timed[j - 1][0] == "run")]
+    assert len(bursts) == -(-runs // pool)                          # one burst per pool's worth of calls
