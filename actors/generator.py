@@ -5,9 +5,9 @@ max_staleness + 2 versions) are the policy backend's (`rl_kernels.policy`), test
 What this actor adds is a process that holds the model, and the accounting of its work:
 
 - `generate` runs in the default group (one at a time: the backend samples one batch at a time
-  anyway). `load_adapter` has its own group, so an announced version waits only for the
-  generation running now, not for every queued one; the backend's lock (HFPolicy holds one
-  around both) keeps an adapter from changing or disappearing under a running generation.
+  anyway). `load_adapter` has its own group, so an announced version loads while a generation
+  runs (HFPolicy injects it inactive and never evicts the version in use), without waiting for
+  the generation in flight or the queued ones.
 - `ready`, `loaded_versions` and `stats` run in a "control" group and never take the backend's
   lock: they answer from a snapshot of the loaded versions (only `load_adapter` changes that
   set), so a liveness ping does not wait for a generation.

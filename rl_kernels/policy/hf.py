@@ -28,8 +28,15 @@ class HFPolicy:
     Versions: 0 is the base model; k >= 1 is the PEFT adapter loaded as `policy-v{k}`.  At most
     `max_loaded_adapters` adapters stay loaded (set it to max_staleness + 2, so requests still
     in flight on older versions find their weights); the least recently used one goes first.
-    One lock serialises generation and adapter changes: the active adapter is model-global state,
-    and an adapter is never deleted while a generation is using it.
+
+    A new version loads while a generation is running (weight sync must not wait for a
+    generation that takes minutes on a CPU): PEFT adds an adapter without activating it, so the
+    running generation keeps its weights.  Two locks: `_sampling` admits one generation at a time
+    and is held for its whole length; `_lock` is held briefly for every change of model state
+    (activating a version, injecting or deleting an adapter, the bookkeeping), so those never
+    interleave.  The version in use is never evicted (its eviction waits for the generation's
+    end), and the very first adapter, which wraps the base model's modules, waits for the
+    generation like before.
     """
 
     def __init__(
@@ -64,6 +71,8 @@ class HFPolicy:
         self._max_adapters = max_loaded_adapters
         self._batch_size = batch_size
         self._lock = threading.RLock()
+        self._sampling = threading.Lock()
+        self._in_use: int | None = None   # the version the running generation samples from
 
     def loaded_versions(self) -> list[int]:
         with self._lock:
@@ -81,18 +90,36 @@ class HFPolicy:
             if version in self._adapters:
                 self._adapters.move_to_end(version)
                 return
-            name = adapter_name(version)
             if isinstance(self._model, PeftModel):
-                self._model.load_adapter(str(path), adapter_name=name)
-            else:
-                self._model = PeftModel.from_pretrained(self._base, str(path), adapter_name=name)
-            self._model.eval()
-            # Activate the newcomer so evicting the previously active adapter is a plain delete.
-            self._model.set_adapter(name)
-            self._adapters[version] = None
-            while len(self._adapters) > self._max_adapters:
-                oldest, _ = self._adapters.popitem(last=False)
-                self._model.delete_adapter(adapter_name(oldest))
+                self._add(version, path)
+                return
+        with self._sampling, self._lock:   # wrapping the base model's modules: no generation may run
+            if version not in self._adapters:
+                self._add(version, path)
+
+    def _add(self, version: int, path: Path) -> None:
+        """Caller holds `_lock`.  An adapter added to a PeftModel is injected inactive, so a
+        generation running now keeps sampling from its own version.  Its tensors are created
+        empty (`low_cpu_mem_usage`) and filled from the file: initialising them would draw from
+        torch's global RNG, which a seeded generation running now is sampling from."""
+        name = adapter_name(version)
+        if isinstance(self._model, PeftModel):
+            self._model.load_adapter(str(path), adapter_name=name, low_cpu_mem_usage=True)
+        else:
+            self._model = PeftModel.from_pretrained(self._base, str(path), adapter_name=name)
+        self._model.eval()
+        self._adapters[version] = None
+        self._evict_excess()
+
+    def _evict_excess(self) -> None:
+        """Delete least recently used adapters beyond the limit.  The one in use is not deleted:
+        its eviction waits for the generation's end, which calls this again.  Caller holds `_lock`."""
+        while len(self._adapters) > self._max_adapters:
+            oldest = next(iter(self._adapters))
+            if oldest == self._in_use:
+                return
+            del self._adapters[oldest]
+            self._model.delete_adapter(adapter_name(oldest))
 
     def generate(
         self, prompts: list[Messages], params: SamplingParams, adapter_version: int
@@ -102,18 +129,27 @@ class HFPolicy:
         prompt_ids = [self._encode(messages) for messages in prompts]
         rows = [ids for ids in prompt_ids for _ in range(params.n)]
         seed = params.seed if params.seed is not None else random.randrange(2**63)
-        with self._lock:
-            self._require_loaded(adapter_version)
-            if adapter_version != BASE_VERSION:
-                self._adapters.move_to_end(adapter_version)
-            with self._seeded(seed), self._adapter(adapter_version), torch.inference_mode():
-                flat = [
-                    completion
-                    for start in range(0, len(rows), self._batch_size)
-                    for completion in self._sample(
-                        rows[start : start + self._batch_size], params, adapter_version
-                    )
-                ]
+        with self._sampling, contextlib.ExitStack() as active:
+            with self._lock:
+                self._require_loaded(adapter_version)
+                if adapter_version != BASE_VERSION:
+                    self._adapters.move_to_end(adapter_version)
+                self._in_use = adapter_version
+                active.enter_context(self._adapter(adapter_version))
+            try:
+                with self._seeded(seed), torch.inference_mode():
+                    flat = [
+                        completion
+                        for start in range(0, len(rows), self._batch_size)
+                        for completion in self._sample(
+                            rows[start : start + self._batch_size], params, adapter_version
+                        )
+                    ]
+            finally:
+                with self._lock:
+                    active.close()   # leave the adapter context under the lock too
+                    self._in_use = None
+                    self._evict_excess()
         return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
     def _encode(self, messages: Messages) -> list[int]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -139,6 +141,35 @@ def test_lru_eviction_keeps_max_loaded(model_dir: Path, adapter_dir: Path) -> No
     assert policy.generate(PROMPTS, params, adapter_version=4)[0][0].adapter_version == 4
     with pytest.raises(KeyError, match="not loaded"):
         policy.generate(PROMPTS, params, adapter_version=1)
+
+
+def test_a_version_loads_while_a_generation_runs(model_dir: Path, adapter_dir: Path) -> None:
+    """Weight sync does not wait for the generation in flight, and does not disturb it: the
+    running generation's samples are exactly those it gives alone, and its version is evicted
+    only once it ends."""
+    for k, seed in ((2, 2), (3, 3)):
+        save_tiny_lora(model_dir, adapter_dir.parent / f"concurrent-{k}", seed=seed)
+    policy = HFPolicy(model_dir, max_loaded_adapters=2, batch_size=1)
+    policy.load_adapter(1, adapter_dir)
+    params = SamplingParams(max_new_tokens=24, n=2, seed=5)
+    prompts = PROMPTS * 12   # 48 batches of one row: long enough to load two adapters meanwhile
+    alone = policy.generate(prompts, params, adapter_version=1)
+
+    result: dict[str, object] = {}
+    worker = threading.Thread(target=lambda: result.update(out=policy.generate(prompts, params, adapter_version=1)))
+    worker.start()
+    while policy._in_use != 1:
+        time.sleep(0.001)
+    policy.load_adapter(2, adapter_dir.parent / "concurrent-2")
+    policy.load_adapter(3, adapter_dir.parent / "concurrent-3")
+    assert worker.is_alive(), "the generation ended before the loads: make it longer"
+    assert policy.loaded_versions() == [0, 1, 2, 3]   # v1 is in use: its eviction waits
+    worker.join()
+    assert result["out"] == alone
+    assert policy.loaded_versions() == [0, 2, 3]
+    assert sorted(policy._model.peft_config) == [adapter_name(2), adapter_name(3)]
+    tuned = policy.generate(PROMPTS, params, adapter_version=3)
+    assert [c.logprobs for g in tuned for c in g] != [c.logprobs for g in alone[:2] for c in g]
 
 
 def test_load_adapter_rejects_bad_input(policy: HFPolicy, tmp_path: Path) -> None:
