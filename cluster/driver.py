@@ -206,18 +206,26 @@ class RolloutDriver:
             return None
         completions = out[0]
         self._tokens += sum(len(c.token_ids) for c in completions)
-        trajs = await asyncio.gather(*(self._score(graph, task, i, c) for i, c in enumerate(completions)))
+        trajs = await self._score(graph, task, completions)
         return Group(group_id=gid, task_id=task.id, policy_version=version, trajectories=list(trajs),
                      backend=backend, extra={"prompt_mode": prompt.mode,
                                              "exemplar_speedups": prompt.exemplar_speedups},
                      prompt_token_ids=list(completions[0].prompt_token_ids) if completions else [])
 
-    async def _score(self, graph: ProducerGraph, task: Task, index: int, completion: Completion) -> Trajectory:
-        parsed = parse_completion(completion.text, task, self.cfg.eval.backend)
-        if parsed.code is None:
-            return trajectory(index, completion, parsed, None, self.cfg.eval.reward)
-        return trajectory(index, completion, parsed, await self._measure(graph, task, parsed.code),
-                          self.cfg.eval.reward)
+    async def _score(self, graph: ProducerGraph, task: Task, completions: list[Completion]) -> list[Trajectory]:
+        """Parse every completion, measure the kernels concurrently (each distinct one once, with
+        `rollout.dedupe_group_sources`), and make the group's trajectories in completion order."""
+        parsed = [parse_completion(c.text, task, self.cfg.eval.backend) for c in completions]
+        codes = [p.code for p in parsed if p.code is not None]
+        if self.cfg.rollout.dedupe_group_sources:
+            distinct = list(dict.fromkeys(codes))
+            measured = dict(zip(distinct, await asyncio.gather(*(self._measure(graph, task, c) for c in distinct))))
+            measurements = [measured[p.code] if p.code is not None else None for p in parsed]
+        else:
+            each = iter(await asyncio.gather(*(self._measure(graph, task, c) for c in codes)))
+            measurements = [next(each) if p.code is not None else None for p in parsed]
+        return [trajectory(i, c, p, m, self.cfg.eval.reward)
+                for i, (c, p, m) in enumerate(zip(completions, parsed, measurements))]
 
     async def _measure(self, graph: ProducerGraph, task: Task, source: str) -> Measurement:
         """Compile pool, then a timer. The build result moves to the timer as an ObjectRef."""

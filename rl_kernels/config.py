@@ -252,6 +252,10 @@ class RolloutConfig(_Strict):
     max_staleness: int = Field(2, ge=0)
     batch_groups: int = Field(4, ge=1)         # groups per learner batch (the staleness manager's unit)
     filter_zero_variance: bool = True
+    # Identical kernels within a group are built and timed once and share the measurement: the same
+    # code then gets the same reward (separate timings would differ by noise alone, and GRPO would
+    # turn that noise into advantages), and the evaluations are not repeated.
+    dedupe_group_sources: bool = True
     tasks: list[str] | None = None             # task ids from the suite; None = every task
     seed: int = 0
     slot_poll_s: float = Field(0.5, gt=0)      # how often a producer asks again for a slot

@@ -11,9 +11,10 @@ trajectories, each measured or carrying a parse reason, and the archive, metrics
 summary agree with that file; killing a compile actor and the timer mid-call loses no candidate and
 counts none twice; a small staleness budget holds the producer back instead of dropping anything.
 
-Cost on an idle 2-core machine: ~5 min, all of it real work: ~25 evaluations at ~7 s each (one
-timer; the correctness phase on 4096x1024 inputs is most of it) and, when the session's build cache
-is fresh, one ~70 s build of the torch precompiled header with the seed.
+Cost on an idle 2-core machine: a few minutes, all of it real work: ~7 s per evaluation (one
+timer; the correctness phase on 4096x1024 inputs is most of it; identical kernels of a group are
+evaluated once except in the killed-actors test) and, when the session's build cache is fresh,
+one ~70 s build of the torch precompiled header with the seed.
 """
 
 from __future__ import annotations
@@ -145,6 +146,11 @@ def test_rollout_scores_and_archives_every_group(ray_cluster: Any, model_dir: Pa
     trajs = [t for g in groups for t in g.trajectories]
     good = [t for t in trajs if t.measurement is not None and t.measurement.correct]
     assert len(good) >= len(trajs) - 2, [t.measurement or t.detail for t in trajs]
+    # Identical kernels in a group were measured once (rollout.dedupe_group_sources), plus the seed.
+    assert summary["evaluated"] == 1 + sum(len({t.source for t in g.trajectories if t.source}) for g in groups)
+    for g in groups:
+        by_source = {t.source: t.reward for t in g.trajectories if t.source}
+        assert all(t.reward == by_source[t.source] for t in g.trajectories if t.source)
     for t in good:
         m = t.measurement
         assert m.compiled and m.rejected is None and m.speedup is not None and m.speedup > 0
@@ -176,9 +182,12 @@ def test_rollout_survives_killed_compiler_and_timer(ray_cluster: Any, model_dir:
     those calls are retried once on the restarted actor or recorded as compiler_failed /
     timer_failed; every candidate ends with exactly one measurement, every group exactly once."""
     run = tmp_path / "run"
-    # Plain prompts: no seed to measure first, so the first builds are the groups' own.
+    # Plain prompts: no seed to measure first, so the first builds are the groups' own. Every
+    # completion measured on its own (no dedupe): a group's identical kernels keep both compile
+    # actors busy at once.
     driver = RolloutDriver(_config(run, model_dir, cache_dir, "rollout.max_groups=3", "cluster.num_compilers=2",
-                                   "prompts.mode=plain", "cluster.restart_timeout_s=120"), progress=False)
+                                   "prompts.mode=plain", "cluster.restart_timeout_s=120",
+                                   "rollout.dedupe_group_sources=false"), progress=False)
     result: dict[str, Any] = {}
 
     def run_driver() -> None:
