@@ -228,11 +228,9 @@ def _task(task_ref: str) -> Task:
     return _module_task(task_ref) if task_ref.startswith("file:") else get_task(task_ref)
 
 
-CANDIDATE_FILTER: re.Pattern[str] | None = None   # --candidates REGEX: the build and candidates sections take only matches
-
-
-def _candidate_list() -> list[tuple[str, str, list[str] | None, bool]]:
-    """(candidate, task reference, acceptable rejections or None for must-pass, inert)."""
+def _candidate_list(only: re.Pattern[str] | None) -> list[tuple[str, str, list[str] | None, bool]]:
+    """(candidate, task reference, acceptable rejections or None for must-pass, inert); with `only`
+    (--candidates), just those whose name matches."""
     items: list[tuple[str, str, list[str] | None, bool]] = [(f, t, None, False) for f, t in HONEST]
     manifest = yaml.safe_load((CANDIDATES / "hacks" / "manifest.yaml").read_text())["hacks"]
     for e in manifest:
@@ -241,8 +239,8 @@ def _candidate_list() -> list[tuple[str, str, list[str] | None, bool]]:
             items.append(("hacks/" + e["file"], ref, e["expected"], bool(e.get("inert"))))
     for task in load_suite("builtin"):
         items.append((f"seed:{task.id}", task.id, None, False))
-    if CANDIDATE_FILTER is not None:
-        items = [item for item in items if CANDIDATE_FILTER.search(item[0])]
+    if only is not None:
+        items = [item for item in items if only.search(item[0])]
     return items
 
 
@@ -252,9 +250,9 @@ def _source(path: str, task: Task) -> str:
     return (CANDIDATES / path).read_text()
 
 
-def prebuild(cfg: EvalConfig) -> list[dict[str, Any]]:
+def prebuild(cfg: EvalConfig, only: re.Pattern[str] | None) -> list[dict[str, Any]]:
     """Build every candidate in parallel first (the compile pool's job), so evaluations hit the cache."""
-    items = _candidate_list()
+    items = _candidate_list(only)
     with ThreadPoolExecutor(16) as pool:
         futs = {}
         for p, t, _, _ in items:
@@ -270,13 +268,14 @@ def prebuild(cfg: EvalConfig) -> list[dict[str, Any]]:
         return rows
 
 
-def candidates(cfg: EvalConfig, module_compile_tasks: tuple[str, ...] = ("builtin/softmax",)) -> list[dict[str, Any]]:
+def candidates(cfg: EvalConfig, only: re.Pattern[str] | None,
+               module_compile_tasks: tuple[str, ...] = ("builtin/softmax",)) -> list[dict[str, Any]]:
     """Everything through `Evaluator.evaluate`.  Module tasks time against eager only, except
     `module_compile_tasks` (torch.compile costs ~20 s per evaluation process)."""
     eager_cfg = cfg.model_copy(update={"baselines": cfg.baselines.model_copy(update={"module": ["eager"]})})
     ev_eager, ev_full = Evaluator(eager_cfg), Evaluator(cfg)
     rows = []
-    for path, task_ref, expected, inert in _candidate_list():
+    for path, task_ref, expected, inert in _candidate_list(only):
         task = _task(task_ref)
         ev = ev_full if task.kind == "hgemm" or task.id in module_compile_tasks else ev_eager
         m = ev.evaluate(task, _source(path, task))
@@ -319,8 +318,7 @@ def main() -> int:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         ap.error(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
-    global CANDIDATE_FILTER
-    CANDIDATE_FILTER = re.compile(args.candidates) if args.candidates else None
+    only = re.compile(args.candidates) if args.candidates else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(args.config, args.overrides).eval
@@ -328,13 +326,13 @@ def main() -> int:
     rep = Report(out)
     rep.data["timing_config"] = cfg.timing.model_dump()
     runners: dict[str, tuple[Callable[[], list[dict[str, Any]]], str]] = {
-        "build": (lambda: prebuild(cfg), "all candidates built in parallel (16 threads)"),
+        "build": (lambda: prebuild(cfg, only), "all candidates built in parallel (16 threads)"),
         "fidelity": (lambda: fidelity(cfg),
                      "torch.matmul fp16 (fp32 acc); columns after do_bench_ms are medians over 3 rounds "
                      "of (time / do_bench time in the same round)"),
         "noise": (lambda: noise(cfg), "torch.matmul against itself, interleaved, 5 repeats of 30 pairs; "
                                       "b/a_* = median(self_b)/median(self_a) within a subset of calls"),
-        "candidates": (lambda: candidates(cfg), "whole evaluator: gate, build, sandbox, correctness, timing"),
+        "candidates": (lambda: candidates(cfg, only), "whole evaluator: gate, build, sandbox, correctness, timing"),
         "throughput": (lambda: throughput(cfg), "builds and baselines cached; tiled kernel at 2048^3"),
     }
     for name in sections:

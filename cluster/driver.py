@@ -216,16 +216,13 @@ class RolloutDriver:
         """Parse every completion, measure the kernels concurrently (each distinct one once, with
         `rollout.dedupe_group_sources`), and make the group's trajectories in completion order."""
         parsed = [parse_completion(c.text, task, self.cfg.eval.backend) for c in completions]
-        codes = [p.code for p in parsed if p.code is not None]
-        if self.cfg.rollout.dedupe_group_sources:
-            distinct = list(dict.fromkeys(codes))
-            measured = dict(zip(distinct, await asyncio.gather(*(self._measure(graph, task, c) for c in distinct))))
-            measurements = [measured[p.code] if p.code is not None else None for p in parsed]
-        else:
-            each = iter(await asyncio.gather(*(self._measure(graph, task, c) for c in codes)))
-            measurements = [next(each) if p.code is not None else None for p in parsed]
-        return [trajectory(i, c, p, m, self.cfg.eval.reward)
-                for i, (c, p, m) in enumerate(zip(completions, parsed, measurements))]
+        dedupe = self.cfg.rollout.dedupe_group_sources
+        # One measurement per key: the source itself when deduplicating, else the completion.
+        keys = [(p.code if dedupe else i) if p.code is not None else None for i, p in enumerate(parsed)]
+        jobs = {key: p.code for key, p in zip(keys, parsed) if key is not None}
+        measured = dict(zip(jobs, await asyncio.gather(*(self._measure(graph, task, c) for c in jobs.values()))))
+        return [trajectory(i, c, p, measured.get(key) if key is not None else None, self.cfg.eval.reward)
+                for i, (c, p, key) in enumerate(zip(completions, parsed, keys))]
 
     async def _measure(self, graph: ProducerGraph, task: Task, source: str) -> Measurement:
         """Compile pool, then a timer. The build result moves to the timer as an ObjectRef."""

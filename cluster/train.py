@@ -105,6 +105,10 @@ class TrainDriver(RolloutDriver):
             await asyncio.gather(*self._announcing)
         await self._checkpoint(graph)
 
+    def _steps_per_hour(self, wall: float) -> float:
+        """Steps this process took per hour of its wall time (a resumed run counts from its start step)."""
+        return 3600.0 * (self.step - self._start_step) / wall
+
     def _learner_finished(self, deadline: float | None) -> bool:
         if self._errors:
             return True
@@ -135,7 +139,7 @@ class TrainDriver(RolloutDriver):
                   "policy/version": self.version, "learner/step": self.step,
                   "learner/idle_ratio": self._learner_wait_s / wall,
                   "learner/busy_ratio": self._learner_busy_s / wall,
-                  "learner/steps_per_hour": 3600.0 * (self.step - self._start_step) / wall}
+                  "learner/steps_per_hour": self._steps_per_hour(wall)}
         if self._weight_sync_s:
             record["learner/weight_sync_s"] = self._weight_sync_s[-1]
         sink.log(record, step=self.step)
@@ -175,7 +179,7 @@ class TrainDriver(RolloutDriver):
         return {**summary, "steps": self.step, "version": self.version, "resumed_from": self.resumed_from,
                 "reward_trend": trend, "history": hist,
                 "learner_idle_ratio": self._learner_wait_s / wall,
-                "steps_per_hour": 3600.0 * (self.step - self._start_step) / wall,
+                "steps_per_hour": self._steps_per_hour(wall),
                 "weight_sync_s_median": statistics.median(self._weight_sync_s) if self._weight_sync_s else None,
                 "best_kernels": self.archive.summary()}
 

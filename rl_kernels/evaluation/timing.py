@@ -5,10 +5,10 @@ Protocol (DESIGN.md, "Evaluation protocol" step 4):
   timed region; CUDA events around the call on the current stream; warm-up excluded.  Inputs come
   from a pool of sets larger than L2, and no call sees values an earlier call saw: each set is
   used once, then the whole pool gets fresh values in one burst before any set is used again.
-  (Refreshing one set before every call gives the same guarantee, but the GPU then spends as
-  much time writing random inputs as computing large GEMMs, runs them at a higher clock than under
-  a sustained load, and read an 8192^3 GEMM 9% faster than triton's do_bench; docs/EVALUATOR.md.)  Sides are interleaved in rounds, each
-  round in a random order, so neither side profits from its position.  On cuda the calls are
+  (Refreshing one set before every call gives the same guarantee, but where writing the inputs
+  takes longer than the call, as for a 2048x8192x2048 GEMM, the GPU ran in another load regime
+  and read 4.5% slower than triton's do_bench; docs/EVALUATOR.md.)  Sides are interleaved in
+  rounds, each round in a random order, so neither side profits from its position.  On cuda the calls are
   queued back to back (`timing.sync_every` calls per host sync), so the GPU runs the protocol as a
   sustained load without host-side idle gaps.  A separate *sync guard* re-times a few calls with a device-wide
   synchronize before the end event: work that escapes the stream (side streams, deferred launches)

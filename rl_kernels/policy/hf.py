@@ -134,8 +134,8 @@ class HFPolicy:
                 self._require_loaded(adapter_version)
                 if adapter_version != BASE_VERSION:
                     self._adapters.move_to_end(adapter_version)
-                self._in_use = adapter_version
                 active.enter_context(self._adapter(adapter_version))
+                self._in_use = adapter_version
             try:
                 with self._seeded(seed), torch.inference_mode():
                     flat = [
