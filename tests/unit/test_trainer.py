@@ -33,8 +33,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_llama(tmp_path_factory.mktemp("tiny"))
 
 
+LR = 3e-3
+
+
 def _trainer(model_dir: Path, **learner: object) -> GrpoTrainer:
-    cfg = LearnerConfig(**{"lr": 3e-3, "micro_batch_size": 16, **learner})
+    cfg = LearnerConfig(**{"lr": LR, "micro_batch_size": 16, **learner})
     return GrpoTrainer(str(model_dir), cfg, GrpoConfig(), temperature=1.0, total_steps=TOY_STEPS)
 
 
@@ -87,10 +90,16 @@ def test_zero_stages_take_the_same_step(model_dir: Path, tmp_path: Path) -> None
         assert stats["learner/grad_norm"] == pytest.approx(stats["learner/grad_norm"])  # not NaN
         path = publish_adapter(trainer.save_adapter, tmp_path / f"z{stage}", 1)
         weights[stage] = load_file(path / "adapter_model.safetensors")
+    # The stages reduce gradients in different orders (fp32), and Adam's first step
+    # g / (|g| + eps) turns an absolute rounding error of a near-zero gradient into a visible change
+    # of that element's step.  Every step is at most lr in size, so a wrong step differs by O(lr):
+    # each element must agree within 1e-3 * lr, and all but a few within fp32 rounding.
     for stage in (1, 2, 3):
         assert weights[stage].keys() == weights[0].keys()
         for key, value in weights[0].items():
-            torch.testing.assert_close(weights[stage][key], value, rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(weights[stage][key], value, rtol=1e-5, atol=1e-3 * LR)
+            off = (weights[stage][key] - value).abs() > 1e-7 + 1e-5 * value.abs()
+            assert off.float().mean().item() < 0.01, f"stage {stage}, {key}: {int(off.sum())} elements off"
 
 
 def test_checkpoint_restores_weights_optimizer_and_rng(model_dir: Path, tmp_path: Path) -> None:
