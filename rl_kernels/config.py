@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 Backend = Literal["cpu", "cuda"]
 TimingMode = Literal["kernel", "offline", "server"]
+# namespaces: user/pid/net/mount namespaces, read-only filesystem, hidden secrets, seccomp
+# (rl_kernels.evaluation.confine); process: a plain subprocess with rlimits, seccomp and an audit
+# hook only, for hosts that refuse namespaces (weaker: the candidate sees the host's files).
+Isolation = Literal["namespaces", "process"]
 
 
 class _Strict(BaseModel):
@@ -49,6 +53,12 @@ class BuildConfig(_Strict):
     )
     timeout_s: float = Field(300.0, gt=0)
     log_max_chars: int = Field(20000, gt=0)
+    isolation: Isolation = Field("namespaces", description=(
+        "How the capture of a module's top level and the compilers are confined: namespaces (no network, "
+        "read-only host, secrets hidden) or process (faster to start, but they see the host's files)"))
+    memory_limit_mb: int = Field(16384, gt=0, description=(
+        "Address-space cap (MiB) of every compiler process of a build; nvcc's cicc needs a few GiB on "
+        "CUTLASS templates, too low fails honest builds, too high lets a hostile source exhaust the host"))
 
     @field_validator("cuda_archs")
     @classmethod
@@ -66,6 +76,9 @@ class SandboxConfig(_Strict):
     memory_limit_mb: int = Field(16384, gt=0)
     scratch_root: Path | None = None
     keep_scratch: bool = False
+    isolation: Isolation = Field("namespaces", description=(
+        "How an evaluation subprocess is confined: namespaces (no network, read-only host, secrets "
+        "hidden, no process survives it) or process (for hosts without user namespaces; weaker)"))
 
 
 class CorrectnessConfig(_Strict):
@@ -200,7 +213,9 @@ class EvalConfig(_Strict):
     exclude_degenerate: bool = True
     allow_torch_rewrites: bool = False
     shared_device: bool = False
-    seed: int = 0
+    seed: int | None = Field(None, description=(
+        "None: fresh entropy from the OS for every evaluation (inputs, re-checked calls, pool order; "
+        "recorded in the Measurement); an int fixes them all, reproducible but predictable by a candidate"))
 
 
 class PolicyConfig(_Strict):

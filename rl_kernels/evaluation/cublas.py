@@ -184,7 +184,7 @@ class CublasBaselines:
             raise RuntimeError(f"{what} failed: {self._lib.rlk_last_error().decode(errors='replace')}")
 
 
-def load_cublas_baselines(cfg: EvalConfig) -> CublasBaselines:
-    """Build/load the baseline library and configure it from `cfg.baselines` (workspace, algos)."""
-    lib = load_native_library(build_cublas_library(cfg.build))
+def load_cublas_baselines(cfg: EvalConfig, library: Path) -> CublasBaselines:
+    """Load the baseline library (built by `build_cublas_library`) and configure it from `cfg.baselines`."""
+    lib = load_native_library(library)
     return CublasBaselines(lib, cfg.baselines.cublaslt_workspace_mb << 20, cfg.baselines.cublaslt_autotune_algos)

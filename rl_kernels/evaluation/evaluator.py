@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import statistics
 import time
 from dataclasses import asdict
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation import sandbox
+from rl_kernels.evaluation import confine, sandbox
 from rl_kernels.evaluation.build import build_candidate
 from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
 from rl_kernels.evaluation.guards import static_check
@@ -46,6 +47,8 @@ class Evaluator:
         self.cfg = cfg
         self.device: DeviceIdentity = identify(cfg)
         self.cache_dir = Path(cfg.build.cache_dir)
+        if cfg.sandbox.isolation == "namespaces":
+            confine.probe()   # fail at start-up, naming the missing layer, not on every candidate
 
     # ---- baselines -----------------------------------------------------------------------------
     def baseline_names(self, task: Task) -> list[str]:
@@ -57,7 +60,8 @@ class Evaluator:
         return names
 
     def _baseline_cache_path(self, task: Task) -> Path:
-        key = f"{task.id}|{_task_digest(task)}|{self.device.key}|{self.cfg.timing.mode}|{self.cfg.backend}"
+        names = ",".join(self.baseline_names(task))
+        key = f"{task.id}|{_task_digest(task)}|{self.device.key}|{self.cfg.timing.mode}|{self.cfg.backend}|{names}"
         digest = hashlib.sha256(key.encode()).hexdigest()[:24]
         return self.cache_dir / "baselines" / f"{digest}.json"
 
@@ -70,9 +74,10 @@ class Evaluator:
                 return data
         job = {"job": "baselines", "task": task_to_json(task), "backend": self.cfg.backend,
                "config": self.cfg.model_dump(mode="json"), "baselines": self.baseline_names(task),
-               "seed": self.cfg.seed}
+               "seed": self._seed(), **self._native_baselines(task)}
         with device_lock(self.device, self.cfg):
-            res = sandbox.run_job(job, None, "", self.cfg.backend, self.cfg.sandbox, self._threads())
+            res = sandbox.run_job(job, None, "", self.cfg.backend, self.cfg.sandbox, self._threads(),
+                                  self._readable(job))
         failure = res.failure()
         if failure is not None or not res.payload or not res.payload.get("ok"):
             detail = failure[1] if failure else (res.payload or {}).get("detail", "")
@@ -98,6 +103,22 @@ class Evaluator:
         else:
             name = min(ms, key=ms.get)
         return name, ms
+
+    def _native_baselines(self, task: Task) -> dict[str, str]:
+        """The cuBLAS baseline library, built here: the sandboxed worker can neither build nor see the cache."""
+        if self.cfg.backend != "cuda" or not any(n.startswith("cublas") for n in self.baseline_names(task)):
+            return {}
+        from rl_kernels.evaluation.cublas import build_cublas_library
+
+        return {"cublas_library": str(build_cublas_library(self.cfg.build))}
+
+    @staticmethod
+    def _readable(job: dict[str, Any]) -> list[str]:
+        return [str(Path(job["cublas_library"]).parent)] if "cublas_library" in job else []
+
+    def _seed(self) -> int:
+        """Fresh OS entropy per job (so no candidate can predict inputs or re-checked calls) unless fixed."""
+        return self.cfg.seed if self.cfg.seed is not None else secrets.randbits(62)
 
     # ---- candidates ----------------------------------------------------------------------------
     def _threads(self) -> int:
@@ -158,12 +179,14 @@ class Evaluator:
         return m
 
     def _measure(self, task: Task, source: str, build: Build, baseline: str, m: Measurement) -> dict | None:
+        seed = self._seed()
+        m.extra.setdefault("seeds", []).append(seed)
         job = {"job": "evaluate", "task": task_to_json(task), "backend": self.cfg.backend,
                "config": self.cfg.model_dump(mode="json"), "baseline": baseline,
-               "candidate_source": source, "seed": self.cfg.seed}
+               "candidate_source": source, "seed": seed, **self._native_baselines(task)}
         with device_lock(self.device, self.cfg):
             res = sandbox.run_job(job, build.artifact, build.artifact_name, self.cfg.backend,
-                                  self.cfg.sandbox, self._threads())
+                                  self.cfg.sandbox, self._threads(), self._readable(job))
         failure = res.failure()
         if failure is not None:
             self._reject(m, failure[0], failure[1])
@@ -224,7 +247,11 @@ class Evaluator:
             m.correct = False
             return
         if (m.speedup or 0) > self.cfg.reward.speedup_ceiling:
-            m.flagged = f"speedup {m.speedup:.2f}x above the ceiling {self.cfg.reward.speedup_ceiling}x after re-measuring"
+            # Re-measured in another process on another input stream and still implausible: no
+            # reward until a person confirms it (the archive keeps it on its review list).
+            m.flagged = (f"speedup {m.speedup:.2f}x above the ceiling {self.cfg.reward.speedup_ceiling}x "
+                         f"after {m.extra.get('remeasured', 0)} independent re-measurement(s)")
+            m.reward = self.cfg.reward.fail_reward
 
     def _degenerate(self, task: Task) -> str:
         from rl_kernels.tasks.hygiene import check_task_hygiene

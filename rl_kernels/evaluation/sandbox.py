@@ -1,9 +1,11 @@
-"""Runs one evaluation job in a fresh, limited subprocess and reads back its verdict.
+"""Runs one evaluation job in a fresh, confined subprocess and reads back its verdict.
 
 Isolation (DESIGN.md protocol step 1): own process (so its own CUDA context), own scratch dir as
-cwd/HOME/TMPDIR, scrubbed environment, wall timeout, memory and file-size limits, its own process
-group killed as a whole afterwards (so a forked child or a hung kernel cannot outlive it).  A crash,
-hang, illegal address or OOM costs only this job: the caller simply starts the next one.
+cwd/HOME/TMPDIR and the only writable place, scrubbed environment, wall timeout, memory and
+file-size limits; under `isolation: namespaces` also no network, a read-only host with its secrets
+hidden and a PID namespace that takes every process down with the worker (`confine.py`); the worker
+itself installs a seccomp filter before it loads the candidate.  A crash, hang, illegal address or
+OOM costs only this job: the caller simply starts the next one.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_kernels.config import SandboxConfig
+from rl_kernels.evaluation import confine
 from rl_kernels.evaluation.reasons import Reason
 
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
@@ -53,6 +56,10 @@ class SandboxResult:
                 sig = signal.Signals(-rc).name
                 if -rc == signal.SIGKILL:
                     return Reason.OUT_OF_MEMORY, f"killed by {sig} in phase {self.last_phase} (memory limit?)"
+                if -rc == signal.SIGSYS:
+                    return Reason.SANDBOX_VIOLATION, (
+                        f"killed by the seccomp filter in phase {self.last_phase}: a forbidden system call "
+                        "(fork/exec, ptrace, a network socket, a SIGSEGV/SIGBUS handler, mount or namespace calls)")
                 return Reason.CRASH, f"{sig} in phase {self.last_phase}: {self.stderr_tail[-500:]}"
             return Reason.CRASH, f"exit code {rc} without a result in phase {self.last_phase}: {self.stderr_tail[-800:]}"
         return None
@@ -75,7 +82,8 @@ def _limits(memory_mb: int, backend: str) -> Any:
     return apply
 
 
-def _environment(scratch: Path, threads: int | None) -> dict[str, str]:
+def environment(scratch: Path, threads: int | None) -> dict[str, str]:
+    """The whole environment of a confined step: nothing of the caller's but what the step needs."""
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1",
                PYTHONHASHSEED="0", TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"),
@@ -96,9 +104,19 @@ def _read_lines(fd: int, sink: list[str]) -> None:
             sink.append(line)
 
 
+def worker_command(cmd: list[str], scratch: Path, readable: list[str], cfg: SandboxConfig) -> list[str]:
+    """`cmd` as it runs under the configured isolation (the scratch dir its only writable place)."""
+    if cfg.isolation == "process":
+        return cmd
+    conf = confine.Confinement(readable=[*confine.python_paths(), *readable], writable=[str(scratch)],
+                               hide=confine.hidden_places([]))
+    return confine.confined_argv(cmd, conf)
+
+
 def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, backend: str,
-            cfg: SandboxConfig, threads: int | None = None) -> SandboxResult:
-    scratch = Path(tempfile.mkdtemp(prefix="rlk-eval-", dir=cfg.scratch_root))
+            cfg: SandboxConfig, threads: int | None = None, readable: list[str] = ()) -> SandboxResult:
+    """Runs `job` in a fresh worker; `readable` are host paths it may read besides Python and torch."""
+    scratch = Path(tempfile.mkdtemp(prefix="rlk-eval-", dir=cfg.scratch_root)).resolve()
     try:
         (scratch / "in").mkdir()
         if artifact is not None:
@@ -112,9 +130,10 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
         stderr_path = scratch / "stderr.txt"
         t0 = time.monotonic()
         with open(stderr_path, "wb") as err:
+            cmd = [sys.executable, "-m", "rl_kernels.evaluation.worker", str(job_path), str(write_fd)]
             proc = subprocess.Popen(
-                [sys.executable, "-m", "rl_kernels.evaluation.worker", str(job_path), str(write_fd)],
-                cwd=scratch, env=_environment(scratch, threads), stdin=subprocess.DEVNULL,
+                worker_command(cmd, scratch, list(readable), cfg),
+                cwd=scratch, env=environment(scratch, threads), stdin=subprocess.DEVNULL,
                 stdout=err, stderr=err, pass_fds=(write_fd,), start_new_session=True,
                 preexec_fn=_limits(cfg.memory_limit_mb, backend),
             )
@@ -131,6 +150,8 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
         seconds = time.monotonic() - t0
         payload, phase = _parse(lines)
         tail = stderr_path.read_text(errors="replace")[-4000:]
+        if proc.returncode == confine.STAGE_FAILED and phase == "start" and payload is None:
+            raise confine.ConfinementError(f"the sandbox could not be set up: {tail.strip()[-600:]}")
         return SandboxResult(payload, proc.returncode, timed_out, phase, seconds, tail,
                              leftover and not timed_out)
     finally:

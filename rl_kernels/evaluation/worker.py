@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation import sandbox_policy
+from rl_kernels.evaluation import confine, sandbox_policy
 from rl_kernels.evaluation.correctness import Comparison, check_structure, compare_values, snapshot, unchanged
 from rl_kernels.evaluation.inputs import DISTRIBUTIONS
 from rl_kernels.evaluation.problems import HgemmProblem, InputSet, ModuleProblem
@@ -103,14 +103,17 @@ def pool_size(problem: Any, device: str, cfg: EvalConfig) -> int:
     return int(max(2, min(need, fit, cfg.timing.max_pool_sets)))
 
 
-def make_problem(task: Task, device: str, cfg: EvalConfig, seed: int, baselines: list[str]) -> Any:
+def make_problem(task: Task, device: str, cfg: EvalConfig, seed: int, baselines: list[str],
+                 cublas_library: str | None) -> Any:
     if task.kind == "hgemm":
         assert task.hgemm is not None
         problem = HgemmProblem(task.hgemm, device, cfg)
         if device == "cuda" and any(b.startswith("cublas") for b in baselines):
             from rl_kernels.evaluation.cublas import load_cublas_baselines
 
-            problem.add_cublas(load_cublas_baselines(cfg))
+            if cublas_library is None:
+                raise RuntimeError("cuBLAS baselines requested, but the job names no prebuilt cuBLAS library")
+            problem.add_cublas(load_cublas_baselines(cfg, Path(cublas_library)))
         return problem
     return ModuleProblem(task, device, cfg, seed, with_compile="compile" in baselines)
 
@@ -244,6 +247,13 @@ def check_identities(before: dict[str, Any]) -> None:
         raise Rejected(Reason.TIMER_PATCHED, f"timing functions were replaced: {', '.join(changed)}")
 
 
+def check_torch_threads(before: int) -> None:
+    """Reject a candidate that changed torch's intra-op thread count (it would slow a CPU baseline)."""
+    now = torch.get_num_threads()
+    if now != before:
+        raise Rejected(Reason.MONKEYPATCH, f"torch's thread count was changed from {before} to {now}")
+
+
 def unpack_candidate(job: dict[str, Any], scratch: Path) -> Path:
     from rl_kernels.evaluation.artifact import unpack_artifact
 
@@ -263,11 +273,11 @@ def load_candidate(problem: Any, job: dict[str, Any], target: Path) -> None:
 def run_job(job: dict[str, Any], scratch: Path, report: Reporter) -> dict[str, Any]:
     cfg = EvalConfig.model_validate(job["config"])
     task = task_from_json(job["task"])
-    seed = int(job.get("seed", cfg.seed))
+    seed = int(job["seed"])
     report.phase("setup")
     device = setup_device(job["backend"], cfg)
     baselines = job.get("baselines") or ([job["baseline"]] if job.get("baseline") else [])
-    problem = make_problem(task, device, cfg, seed, baselines)
+    problem = make_problem(task, device, cfg, seed, baselines, job.get("cublas_library"))
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
     if job["job"] == "baselines":
         report.phase("baselines")
@@ -297,20 +307,24 @@ def run_job(job: dict[str, Any], scratch: Path, report: Reporter) -> dict[str, A
     sync(device)
     identities = timer_identities()
     threads_before = threading.active_count()
+    torch_threads = torch.get_num_threads()
     report.phase("load")
     target = unpack_candidate(job, scratch)
     libs = [target] if target.is_file() else sorted(target.rglob("*.so"))
     violations = sandbox_policy.install(scratch, libs)
     report.violations = violations
+    confine.forbid_process_creation()   # from here on, fork/exec/ptrace/... kill the process
     load_candidate(problem, job, target)
     report.phase("correctness")
     result.update(correctness(problem, cfg, device, seed))
     if problem.kind == "module" and not (task.allow_torch_ops or cfg.allow_torch_rewrites):
         audit_torch_ops(problem, cfg, device, seed)
     check_identities(identities)
+    check_torch_threads(torch_threads)
     report.phase("timing")
     result.update(timing(problem, cfg, device, seed, job["baseline"], candidate=True))
     check_identities(identities)
+    check_torch_threads(torch_threads)
     if violations.items:
         kind, detail = violations.items[0]
         raise Rejected(Reason(kind), f"sandbox refused: {detail}")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation.cublas import CublasBaselines, load_cublas_baselines
+from rl_kernels.evaluation.cublas import CublasBaselines, build_cublas_library, load_cublas_baselines
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def baselines(tmp_path_factory: pytest.TempPathFactory) -> CublasBaselines:
     major, minor = torch.cuda.get_device_capability()
     cfg.build.cuda_archs = [f"sm_{major}{minor}{'a' if major >= 9 else ''}"]
     cfg.build.cache_dir = tmp_path_factory.mktemp("cublas-cache")
-    return load_cublas_baselines(cfg)
+    return load_cublas_baselines(cfg, build_cublas_library(cfg.build))
 
 
 SHAPES = [(64, 64, 64), (128, 256, 512), (1024, 512, 256), (512, 4096, 1024), (4096, 64, 4096)]
