@@ -43,7 +43,7 @@ class CompilerActor:
         verdict = static_check(task, source, self.cfg.backend, allow_torch_ops=allow)
         if verdict.reason is not None:
             return Build(key="", ok=False, log=verdict.detail, reason=verdict.reason.value)
-        return build_candidate(task, source, self.cfg.backend, self.cfg.build)
+        return build_candidate(task, source, self.cfg.backend, self.cfg.build, allow)
 
 
 async def build_or_fail(compiler: ray.actor.ActorHandle, task: Task, source: str, *,

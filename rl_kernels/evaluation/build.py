@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -32,8 +33,11 @@ from typing import Callable, Literal
 import filelock
 
 from rl_kernels.config import BuildConfig
-from rl_kernels.evaluation import ninja
+from rl_kernels.evaluation import confine, ninja, sandbox
 from rl_kernels.evaluation.artifact import MANIFEST, generate_inline_sources, sources_digest
+from rl_kernels.evaluation.evidence import check_artifact
+from rl_kernels.evaluation.flags import check_flags
+from rl_kernels.evaluation.guards import extract_native_sources
 from rl_kernels.evaluation.reasons import Reason
 from rl_kernels.types import Build, Task
 
@@ -43,7 +47,38 @@ NATIVE_DIR = Path(__file__).resolve().parent / "native"
 SHIM_DIR = NATIVE_DIR / "shim"
 HGEMM_ARTIFACT = "hgemm.so"
 MODULE_ARTIFACT = "module.zip"
-_BUILD_FORMAT = 1  # bump when the build recipe changes in a way the key does not see
+_BUILD_FORMAT = 2  # bump when the build recipe changes in a way the key does not see
+
+
+# ----------------------------------------------------------------------------------------------
+# confinement of the steps that read candidate input
+
+
+def _confined(cfg: BuildConfig, writable: Path, readable: list[str] = ()) -> ninja.Confined:
+    """A build step sees the host read-only with its secrets and the cache hidden, writes only
+    `writable` (also its HOME and TMPDIR), and has no network (`isolation: namespaces`)."""
+    env = sandbox.environment(writable, None)
+    if cfg.isolation == "process":
+        return ninja.Confined(argv=lambda cmd: cmd, env=env)
+    confine.probe()
+    conf = confine.Confinement(
+        readable=[*confine.python_paths(), *readable], writable=[str(writable)],
+        hide=confine.hidden_places([str(Path(cfg.cache_dir).resolve())]), memory_mb=cfg.memory_limit_mb)
+    return ninja.Confined(argv=lambda cmd: confine.confined_argv(cmd, conf), env=env)
+
+
+def _flag_dirs(flags: list[str]) -> list[str]:
+    """Directories that -I / -L / -isystem flags name (a build must be able to read them)."""
+    dirs, take = [], False
+    for flag in flags:
+        if take:
+            dirs.append(flag)
+            take = False
+        elif flag in ("-isystem", "-I", "-L"):
+            take = True
+        elif flag.startswith(("-I", "-L")) and len(flag) > 2:
+            dirs.append(flag[2:])
+    return [d for d in dirs if Path(d).is_absolute()]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -245,7 +280,8 @@ def _build_native(work: Path, artifact: Path, files: dict[str, str], compile_fil
     for name, text in files.items():
         (work / name).write_text(text)
     edges = _native_edges(backend, cfg, compile_files, include_dirs, ldflags, str(artifact))
-    return _ninja_outcome(ninja.run_ninja(work, edges, cfg.timeout_s), cfg)
+    confined = _confined(cfg, work.parent, [*include_dirs, *_flag_dirs(ldflags)])
+    return _ninja_outcome(ninja.run_ninja(work, edges, cfg.timeout_s, confined=confined), cfg)
 
 
 def build_native_library(name: str, sources: dict[str, str], backend: BackendName, cfg: BuildConfig,
@@ -321,8 +357,18 @@ def detect_hgemm_entry(source: str) -> str:
     return names[0]
 
 
-def _build_hgemm(source: str, backend: BackendName, cfg: BuildConfig) -> Build:
-    material = {"kind": "hgemm", "backend": backend, "source": source}
+def _with_evidence(outcome: _Outcome, libraries: list[Path], allow_library: bool) -> _Outcome:
+    """A built artifact whose imports betray library compute or an escape is refused (evidence.py)."""
+    if not outcome.ok:
+        return outcome
+    found = check_artifact(libraries, allow_library)
+    if found is None:
+        return outcome
+    return _Outcome(False, f"{outcome.log}\nrefused after linking: {found[1]}", found[0].value)
+
+
+def _build_hgemm(source: str, backend: BackendName, cfg: BuildConfig, allow_library: bool) -> Build:
+    material = {"kind": "hgemm", "backend": backend, "source": source, "allow_library": allow_library}
     try:
         entry = detect_hgemm_entry(source)
     except ValueError as exc:
@@ -339,8 +385,8 @@ def _build_hgemm(source: str, backend: BackendName, cfg: BuildConfig) -> Build:
     files = {candidate: source, wrapper_name: wrapper}
     # One TU: the wrapper #includes the candidate, so the entry's exact signature, static-ness or
     # default arguments never matter for linking.
-    return _cached_build(_key(material), HGEMM_ARTIFACT, cfg, lambda work, art: _build_native(
-        work, art, files, [wrapper_name], backend, cfg, include_dirs, []))
+    return _cached_build(_key(material), HGEMM_ARTIFACT, cfg, lambda work, art: _with_evidence(_build_native(
+        work, art, files, [wrapper_name], backend, cfg, include_dirs, []), [art], allow_library))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -355,12 +401,18 @@ class _Capture:
 
 
 def _capture(source: str, cfg: BuildConfig) -> _Capture:
-    """Runs the candidate's top level in a GPU-less subprocess and returns its load_inline calls."""
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    repo_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH", "")) if p)
-    res = ninja.run_in_process_group([sys.executable, "-m", "rl_kernels.evaluation.capture"], cfg.timeout_s,
-                                     env=env, stdin_text=source, separate_stdout=True)
+    """Runs the candidate's top level in a confined, GPU-less subprocess and returns its load_inline calls."""
+    scratch = Path(tempfile.mkdtemp(prefix="rlk-capture-")).resolve()
+    try:
+        confined = _confined(cfg, scratch)
+        confined.env["CUDA_VISIBLE_DEVICES"] = ""
+        res = ninja.run_in_process_group([sys.executable, "-m", "rl_kernels.evaluation.capture"], cfg.timeout_s,
+                                         cwd=scratch, stdin_text=source, separate_stdout=True, confined=confined)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if res.returncode == -signal.SIGSYS:
+        return _Capture(None, "candidate top-level code was killed by the seccomp filter: a forbidden system call "
+                        f"(fork/exec, ptrace, a network socket, ...)\n{res.output}", Reason.SANDBOX_VIOLATION.value)
     if res.timed_out:
         return _Capture(None, f"candidate top-level code ran past {cfg.timeout_s:.0f} s\n{res.output}",
                         Reason.COMPILE_TIMEOUT.value)
@@ -458,7 +510,7 @@ def _ensure_pch(flags: list[str], cfg: BuildConfig) -> Path | None:
         header.write_text("#include <torch/extension.h>\n")
         tmp = pch_dir / f"{_PCH_HEADER}.gch.tmp{os.getpid()}"
         cmd = [cfg.cxx, *flags, "-x", "c++-header", str(header), "-o", str(tmp)]
-        res = ninja.run_in_process_group(cmd, cfg.timeout_s)
+        res = ninja.run_in_process_group(cmd, cfg.timeout_s, confined=_confined(cfg, pch_dir, _flag_dirs(flags)))
         if res.returncode != 0 or res.timed_out:
             tmp.unlink(missing_ok=True)
             if not res.timed_out:
@@ -507,13 +559,14 @@ def _module_edges(call: dict, files: dict[str, str], backend: BackendName, cfg: 
 
 
 def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backend: BackendName,
-                           cfg: BuildConfig) -> _Outcome:
+                           cfg: BuildConfig, allow_library: bool) -> _Outcome:
     import torch
 
     can_link = backend == "cpu" or torch.version.cuda is not None
     edges: list[ninja.Edge] = []
     manifest: dict[str, dict[str, str]] = {}
     log_prefix = ""
+    pch_dirs: set[str] = set()
     for call in calls:
         files = _generated_files(call)
         (work / call["name"]).mkdir()
@@ -524,10 +577,14 @@ def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backen
             pch = _ensure_pch(_pch_flags(call, backend, cfg), cfg)
             if pch is None:
                 log_prefix += f"note: no precompiled header for {call['name']}; compiling torch headers in full\n"
+            else:
+                pch_dirs.add(str(pch.parent))
         ext_edges, _ = _module_edges(call, files, backend, cfg, pch, link=can_link)
         edges += ext_edges
         manifest[call["name"]] = {"file": f"{call['name']}.so", "sha256": sources_digest(files)}
-    outcome = _ninja_outcome(ninja.run_ninja(work, edges, cfg.timeout_s), cfg)
+    readable = sorted({d for e in edges for d in _flag_dirs(e.command)} | pch_dirs)
+    confined = _confined(cfg, work.parent, readable)
+    outcome = _ninja_outcome(ninja.run_ninja(work, edges, cfg.timeout_s, confined=confined), cfg)
     outcome.log = log_prefix + outcome.log
     if not outcome.ok:
         return outcome
@@ -535,6 +592,9 @@ def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backen
         return _Outcome(False, outcome.log + f"\nCUDA sources compiled, but cannot be linked: the installed torch "
                         f"{torch.__version__} is a CPU-only build (no libc10_cuda / libtorch_cuda). Build CUDA "
                         "modules where torch has CUDA.", Reason.COMPILE_ERROR.value)
+    outcome = _with_evidence(outcome, [work / e["file"] for e in manifest.values()], allow_library)
+    if not outcome.ok:
+        return outcome
     with zipfile.ZipFile(artifact, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr(MANIFEST, json.dumps({"extensions": manifest}, indent=1, sort_keys=True))
         for name, entry in manifest.items():
@@ -547,7 +607,7 @@ def _generated_files(call: dict) -> dict[str, str]:
                                    call["with_pytorch_error_handling"], call["no_implicit_headers"])
 
 
-def _build_module(source: str, backend: BackendName, cfg: BuildConfig) -> Build:
+def _build_module(source: str, backend: BackendName, cfg: BuildConfig, allow_library: bool) -> Build:
     t0 = time.monotonic()
     cap = _capture(source, cfg)
     material: dict = {"kind": "module", "backend": backend, "source": source}
@@ -555,20 +615,31 @@ def _build_module(source: str, backend: BackendName, cfg: BuildConfig) -> Build:
         return Build(key=_key(material), ok=False, log=_truncate(cap.error, cfg.log_max_chars),
                      seconds=time.monotonic() - t0, reason=cap.reason)
     calls: dict[str, dict] = {}
+    checked = set(extract_native_sources(source))
     for call in cap.calls:
+        unseen = [t for t in call["cpp_sources"] + call["cuda_sources"] if t not in checked]
+        if unseen:
+            return Build(key=_key(material), ok=False, seconds=time.monotonic() - t0, reason=Reason.DYNAMIC_CODE.value,
+                         log=f"load_inline {call['name']!r} was given sources the static gate never saw "
+                             f"(built at run time): {unseen[0][:200]!r}")
+        refused = check_flags(call["extra_cflags"], call["extra_cuda_cflags"], call["extra_ldflags"],
+                              call["extra_include_paths"])
+        if refused is not None:
+            return Build(key=_key(material), ok=False, log=f"load_inline {call['name']!r}: {refused}",
+                         seconds=time.monotonic() - t0, reason=Reason.FORBIDDEN_FLAG.value)
         if call["name"] in calls and calls[call["name"]] != call:
             return _malformed(material, f"load_inline called twice with name {call['name']!r} and different sources")
         calls[call["name"]] = call
     ordered = [calls[n] for n in sorted(calls)]
     material = {"kind": "module", "backend": backend, "calls": ordered, "cfg": _flag_material(backend, cfg),
-                "toolchain": _toolchain(backend, cfg), **_torch_identity()}
+                "toolchain": _toolchain(backend, cfg), "allow_library": allow_library, **_torch_identity()}
     key = _key(material)
     if backend == "cpu" and any(c["cuda_sources"] or c["with_cuda"] for c in ordered):
         return Build(key=key, ok=False, log="the cpu backend builds C++ only, but load_inline was given CUDA "
                      "(cuda_sources or with_cuda=True)", seconds=time.monotonic() - t0,
                      reason=Reason.COMPILE_ERROR.value)
     build = _cached_build(key, MODULE_ARTIFACT, cfg, lambda work, art: _build_module_artifact(
-        work, art, ordered, backend, cfg))
+        work, art, ordered, backend, cfg, allow_library))
     if not build.cached:
         build.seconds = time.monotonic() - t0
     return build
@@ -578,10 +649,16 @@ def _build_module(source: str, backend: BackendName, cfg: BuildConfig) -> Build:
 # public entry point
 
 
-def build_candidate(task: Task, source: str, backend: BackendName, cfg: BuildConfig) -> Build:
-    """Compiles one candidate for `task` into a shippable artifact (cached; never needs a GPU)."""
+def build_candidate(task: Task, source: str, backend: BackendName, cfg: BuildConfig,
+                    allow_torch_ops: bool = False) -> Build:
+    """Compiles one candidate for `task` into a shippable artifact (cached; never needs a GPU).
+
+    Unless the task (or `allow_torch_ops`) allows torch-level rewrites, an artifact that imports
+    library compute (BLAS, cuBLAS, cuDNN, ATen operators) is refused `no_custom_kernel`.
+    """
+    allow_library = allow_torch_ops or task.allow_torch_ops
     if task.kind == "hgemm":
-        return _build_hgemm(source, backend, cfg)
+        return _build_hgemm(source, backend, cfg, allow_library)
     if task.kind == "module":
-        return _build_module(source, backend, cfg)
+        return _build_module(source, backend, cfg, allow_library)
     raise ValueError(f"unknown task kind {task.kind!r}")

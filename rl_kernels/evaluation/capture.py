@@ -2,9 +2,11 @@
 
 The candidate's module top level runs in a fresh subprocess (`python -m rl_kernels.evaluation.capture`,
 source on stdin, one JSON object on stdout) with `torch.utils.cpp_extension.load_inline` replaced
-by a recorder.  Why a subprocess: top-level code is untrusted and may hang or crash; why top level
-only: that is where KernelBench candidates call load_inline, and instantiating ModelNew could need a
-GPU.  The subprocess hides all GPUs (CUDA_VISIBLE_DEVICES="").
+by a recorder.  Why a subprocess: top-level code is untrusted and may hang, crash or attack the
+build host; it runs confined like an evaluation (`confine.py`: namespaces, read-only host, a
+seccomp filter before the candidate's first line) and the build then accepts only sources the
+static gate saw.  Why top level only: that is where KernelBench candidates call load_inline, and
+instantiating ModelNew could need a GPU.  The subprocess hides all GPUs (CUDA_VISIBLE_DEVICES="").
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 import traceback
 import types
 from typing import Any
+
+from rl_kernels.evaluation import confine
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -116,6 +120,7 @@ def _run_candidate(source: str) -> dict[str, Any]:
     module = types.ModuleType("candidate")
     module.__file__ = "<candidate>"
     sys.modules["candidate"] = module
+    confine.forbid_process_creation()   # from here on, fork/exec/ptrace/... kill the process
     try:
         exec(compile(source, "<candidate>", "exec"), module.__dict__)
     except SystemExit as exc:

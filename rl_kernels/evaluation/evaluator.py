@@ -126,7 +126,7 @@ class Evaluator:
         return len(cores) if cores else 0
 
     def build(self, task: Task, source: str) -> Build:
-        return build_candidate(task, source, self.cfg.backend, self.cfg.build)
+        return build_candidate(task, source, self.cfg.backend, self.cfg.build, self.cfg.allow_torch_rewrites)
 
     def evaluate(self, task: Task, source: str, build: Build | None = None) -> Measurement:
         t0 = time.monotonic()

@@ -28,6 +28,7 @@ from rl_kernels.evaluation.guards_cpp import (
     has_custom_kernel,
     has_hgemm_entry,
 )
+from rl_kernels.evaluation.flags import check_flags
 from rl_kernels.evaluation.reasons import Reason
 from rl_kernels.types import Task
 
@@ -497,28 +498,34 @@ def _native_sources(tree: ast.Module, aliases: _Aliases) -> tuple[list[_Native],
                 continue
             line = getattr(args[name], "lineno", node.lineno)
             natives += [_Native(name, i, t, line) for i, t in enumerate(texts)]
-        findings += _check_ldflags(node, args.get("extra_ldflags"), aliases.constants)
+        findings += _check_flags(node, args, aliases.constants)
         if "build_directory" in args:
             findings.append(Finding(Reason.FILE_ACCESS, "build_directory", node.lineno, "python",
                                     "the evaluator chooses where extensions are built"))
     return natives, findings
 
 
-def _check_ldflags(node: ast.Call, value: ast.expr | None, constants: dict[str, object]) -> list[Finding]:
-    """Linking a BLAS/DNN library is a library kernel; other extra libraries are imports."""
-    if value is None:
-        return []
-    flags = _literal_strings(value, constants)
-    if flags is None:
-        return [Finding(Reason.DYNAMIC_CODE, "extra_ldflags", node.lineno, "python", "non-literal link flags")]
-    found = []
-    for flag in flags:
-        lowered = flag.lower()
-        if any(lib in lowered for lib in _BLAS_LIBS):
-            found.append(Finding(Reason.NO_CUSTOM_KERNEL, flag, node.lineno, "python", "links a BLAS/DNN library"))
-        elif flag not in ("-lcuda", "-lgomp", "-fopenmp"):
-            found.append(Finding(Reason.FORBIDDEN_IMPORT, flag, node.lineno, "python", "links an extra library"))
-    return found
+_FLAG_KWARGS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths")
+
+
+def _check_flags(node: ast.Call, args: dict[str, ast.expr], constants: dict[str, object]) -> list[Finding]:
+    """Flags must be literals on the allow list (`flags.py`); linking a BLAS/DNN library is a library kernel."""
+    values: dict[str, list[str]] = {}
+    for kw in _FLAG_KWARGS:
+        if kw not in args or (isinstance(args[kw], ast.Constant) and args[kw].value is None):
+            values[kw] = []
+            continue
+        flags = _literal_strings(args[kw], constants)
+        if flags is None:
+            return [Finding(Reason.DYNAMIC_CODE, kw, node.lineno, "python", "non-literal compiler or link flags")]
+        values[kw] = flags
+    blas = [f for f in values["extra_ldflags"] if any(lib in f.lower() for lib in _BLAS_LIBS)]
+    if blas:
+        return [Finding(Reason.NO_CUSTOM_KERNEL, blas[0], node.lineno, "python", "links a BLAS/DNN library")]
+    refused = check_flags(*(values[kw] for kw in _FLAG_KWARGS))
+    if refused is not None:
+        return [Finding(Reason.FORBIDDEN_FLAG, "flags", node.lineno, "python", refused)]
+    return []
 
 
 def _literal_strings(node: ast.AST, constants: dict[str, object]) -> list[str] | None:

@@ -155,6 +155,7 @@ REASON_PRIORITY: tuple[Reason, ...] = (
     Reason.NETWORK_ACCESS,
     Reason.FILE_ACCESS,
     Reason.THREAD_SPAWN,
+    Reason.FORBIDDEN_FLAG,
     Reason.FORBIDDEN_IMPORT,
     Reason.MONKEYPATCH,
     Reason.DYNAMIC_CODE,

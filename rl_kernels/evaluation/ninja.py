@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,14 @@ class Edge:
     inputs: list[str]
     command: list[str]
     description: str = ""
+
+
+@dataclass(frozen=True)
+class Confined:
+    """How a step's command runs: `argv(cmd)` wraps it (e.g. in namespaces), `env` is its whole environment."""
+
+    argv: Callable[[list[str]], list[str]]
+    env: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -42,12 +51,17 @@ def run_in_process_group(
     env: dict[str, str] | None = None,
     stdin_text: str | None = None,
     separate_stdout: bool = False,
+    confined: Confined | None = None,
 ) -> ProcResult:
     """Runs `cmd` in a new session; on timeout SIGKILLs the whole group (compilers included).
+
+    With `confined`, the command is wrapped by it and gets only its environment.
 
     With separate_stdout the child's stdout is returned apart from its stderr (used for the JSON of
     the capture step); otherwise both are merged into `output` in order, like a terminal shows them.
     """
+    if confined is not None:
+        cmd, env = confined.argv(cmd), confined.env
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,
@@ -103,12 +117,13 @@ def write_ninja_file(path: Path, edges: list[Edge]) -> None:
     path.write_text("\n".join(lines))
 
 
-def run_ninja(build_dir: Path, edges: list[Edge], timeout_s: float, targets: list[str] | None = None) -> ProcResult:
+def run_ninja(build_dir: Path, edges: list[Edge], timeout_s: float, targets: list[str] | None = None,
+              confined: Confined | None = None) -> ProcResult:
     """Writes build.ninja in build_dir and runs it there (all paths in edges are relative to it)."""
     write_ninja_file(build_dir / "build.ninja", edges)
     jobs = str(max(1, len(os.sched_getaffinity(0))))
     cmd = [ninja_executable(), "-C", str(build_dir), "-j", jobs, *(targets or [])]
-    return run_in_process_group(cmd, timeout_s, cwd=build_dir)
+    return run_in_process_group(cmd, timeout_s, cwd=build_dir, confined=confined)
 
 
 def _escape_path(p: str) -> str:

@@ -19,6 +19,7 @@ class Reason(str, Enum):
     NETWORK_ACCESS = "network_access"
     CUDA_GRAPH = "cuda_graph"
     NO_CUSTOM_KERNEL = "no_custom_kernel"        # work done by torch/ATen/cuBLAS instead of own kernel
+    FORBIDDEN_FLAG = "forbidden_flag"            # a compiler/linker flag outside the allow list
     SHAPE_HARDCODED = "shape_hardcoded"
     # build
     COMPILE_ERROR = "compile_error"

@@ -426,4 +426,4 @@ def test_link_flags() -> None:
     blas = base.replace('extra_ldflags=["-fopenmp"]', 'extra_ldflags=["-lcublas"]')
     assert static_check(MODULE_TASK, blas, "cpu").reason is Reason.NO_CUSTOM_KERNEL
     other = base.replace('extra_ldflags=["-fopenmp"]', 'extra_ldflags=["-lmylib"]')
-    assert static_check(MODULE_TASK, other, "cpu").reason is Reason.FORBIDDEN_IMPORT
+    assert static_check(MODULE_TASK, other, "cpu").reason is Reason.FORBIDDEN_FLAG
