@@ -14,6 +14,7 @@ and the best measurement of it is kept.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 import sqlite3
@@ -51,6 +52,18 @@ _SCHEMA = (
         submissions INTEGER NOT NULL,
         PRIMARY KEY (task_id, backend, sha256))""",
     "CREATE INDEX IF NOT EXISTS kernels_by_speedup ON kernels (task_id, backend, speedup DESC)",
+    # Correct kernels whose speedup stayed implausible after independent re-measurement: they earn
+    # nothing and never become exemplars until a person has looked (the review list).
+    """CREATE TABLE IF NOT EXISTS review (
+        task_id TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        source TEXT NOT NULL,
+        flagged TEXT NOT NULL,
+        measurement TEXT NOT NULL,
+        policy_version INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (task_id, backend, sha256))""",
 )
 
 _COLUMNS = ("task_id", "backend", "sha256", "source", "speedup", "candidate_ms", "baseline",
@@ -200,6 +213,9 @@ class KernelArchive:
         """
         if m.task != task_id or m.backend != backend:
             raise ValueError(f"measurement of {m.task}/{m.backend} added as {task_id}/{backend}")
+        if m.flagged is not None and m.correct and m.rejected is None:
+            self._hold_for_review(task_id, backend, source, m, policy_version, created_at)
+            return False
         if not passed_every_gate(m):
             return False
         now = time.time() if created_at is None else created_at
@@ -209,6 +225,20 @@ class KernelArchive:
         with self._write():
             self._db.execute(_UPSERT, row)
         return True
+
+    def _hold_for_review(self, task_id: str, backend: str, source: str, m: Measurement, policy_version: int,
+                         created_at: float | None) -> None:
+        row = (task_id, backend, source_sha256(source), source, m.flagged, json.dumps(m.to_json()), policy_version,
+               time.time() if created_at is None else created_at)
+        with self._write():
+            self._db.execute("INSERT OR REPLACE INTO review VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+
+    def review_list(self) -> list[dict[str, object]]:
+        """Flagged kernels (correct, but implausibly fast after re-measurement), newest first."""
+        rows = self._query("SELECT task_id, backend, sha256, flagged, measurement, policy_version, created_at "
+                           "FROM review ORDER BY created_at DESC")
+        keys = ("task_id", "backend", "sha256", "flagged", "measurement", "policy_version", "created_at")
+        return [dict(zip(keys, r), measurement=json.loads(r[4])) for r in rows]
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple]:
         with self._lock:

@@ -357,11 +357,11 @@ def detect_hgemm_entry(source: str) -> str:
     return names[0]
 
 
-def _with_evidence(outcome: _Outcome, libraries: list[Path], allow_library: bool) -> _Outcome:
-    """A built artifact whose imports betray library compute or an escape is refused (evidence.py)."""
+def _with_evidence(outcome: _Outcome, objects: list[Path], libraries: list[Path], allow_library: bool) -> _Outcome:
+    """A build whose objects import library compute or an escape is refused (evidence.py)."""
     if not outcome.ok:
         return outcome
-    found = check_artifact(libraries, allow_library)
+    found = check_artifact(objects, libraries, allow_library)
     if found is None:
         return outcome
     return _Outcome(False, f"{outcome.log}\nrefused after linking: {found[1]}", found[0].value)
@@ -386,7 +386,8 @@ def _build_hgemm(source: str, backend: BackendName, cfg: BuildConfig, allow_libr
     # One TU: the wrapper #includes the candidate, so the entry's exact signature, static-ness or
     # default arguments never matter for linking.
     return _cached_build(_key(material), HGEMM_ARTIFACT, cfg, lambda work, art: _with_evidence(_build_native(
-        work, art, files, [wrapper_name], backend, cfg, include_dirs, []), [art], allow_library))
+        work, art, files, [wrapper_name], backend, cfg, include_dirs, []), [work / f"{wrapper_name}.o"], [art],
+        allow_library))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -592,7 +593,8 @@ def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backen
         return _Outcome(False, outcome.log + f"\nCUDA sources compiled, but cannot be linked: the installed torch "
                         f"{torch.__version__} is a CPU-only build (no libc10_cuda / libtorch_cuda). Build CUDA "
                         "modules where torch has CUDA.", Reason.COMPILE_ERROR.value)
-    outcome = _with_evidence(outcome, [work / e["file"] for e in manifest.values()], allow_library)
+    objects = [work / edge.outputs[0] for edge in edges if edge.outputs[0].endswith(".o")]
+    outcome = _with_evidence(outcome, objects, [work / e["file"] for e in manifest.values()], allow_library)
     if not outcome.ok:
         return outcome
     with zipfile.ZipFile(artifact, "w", compression=zipfile.ZIP_DEFLATED) as zf:

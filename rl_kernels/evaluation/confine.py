@@ -224,8 +224,10 @@ def _limits(conf: Confinement) -> None:
 def stage(spec: str, cmd: list[str]) -> None:
     """Runs inside the fresh namespaces as their pid 1: confine, then become `cmd`."""
     conf = Confinement(**json.loads(spec))
+    cwd = os.getcwd()
     try:
         _mount_layout(conf)
+        os.chdir(cwd)   # the same path, now resolved through the new mounts (else: the hidden original)
         _drop_capabilities()
         _limits(conf)
     except (ConfinementError, OSError) as exc:

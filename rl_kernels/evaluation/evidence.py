@@ -2,9 +2,9 @@
 
 The static gate reads spelling, and spelling can be hidden (`namespace q = at;`, a hand-written
 `extern "C" void sgemm_(...)`, a macro).  The linker cannot be fooled that way: a call into BLAS,
-cuBLAS, cuDNN or an ATen compute op ends up as an undefined dynamic symbol (or a DT_NEEDED library)
-of the `.so`, under its real name.  So after every successful build the artifact's imports are
-read with binutils and a candidate that imports library compute is refused `no_custom_kernel`, one
+cuBLAS, cuDNN or an ATen compute op ends up as an undefined symbol of the candidate's object file
+(or a DT_NEEDED library of the `.so`), under its real name.  So after every successful build the
+imports are read with binutils and a candidate that imports library compute is refused `no_custom_kernel`, one
 that imports process, thread, signal or dynamic-loading calls with the matching reason.
 (What a candidate could reach only through pointers handed out at run time is the run sandbox's
 and the dispatch audit's job.)
@@ -32,6 +32,7 @@ _IMPORTS: tuple[tuple[Reason, re.Pattern[str]], ...] = (
         r"|prctl|unshare|setns|kill)")),
     (Reason.NETWORK_ACCESS, re.compile(r"(?:socket|connect|getaddrinfo|gethostbyname)")),
     (Reason.THREAD_SPAWN, re.compile(r"pthread_create|thrd_create|_ZNSt6thread\w*_M_start_thread\w*")),
+    (Reason.MONKEYPATCH, re.compile(r"_ZN2at(?:15set_num_threads|23set_num_interop_threads)\w*")),
     (Reason.SANDBOX_VIOLATION, re.compile(r"(?:sigaction|signal|__sysv_signal|bsd_signal|sigset|userfaultfd"
                                           r"|mprotect|pkey_mprotect)")),
 )
@@ -47,18 +48,27 @@ ALLOCATION_OPS: frozenset[str] = frozenset(
 
 @dataclass(frozen=True)
 class Imports:
-    needed: list[str]
-    symbols: list[str]
+    needed: list[str]    # DT_NEEDED libraries of the linked artifact
+    symbols: list[str]   # undefined symbols of the candidate's own object files
 
 
-def read_imports(so_path: Path) -> Imports:
-    """DT_NEEDED libraries and undefined dynamic symbols (without version suffixes) of one `.so`."""
-    dyn = subprocess.run(["readelf", "-d", "-W", str(so_path)], capture_output=True, text=True, timeout=60)
-    syms = subprocess.run(["nm", "-D", "--undefined-only", str(so_path)], capture_output=True, text=True, timeout=60)
-    if dyn.returncode != 0 or syms.returncode != 0:
-        raise RuntimeError(f"cannot read the imports of {so_path.name}: {(dyn.stderr or syms.stderr).strip()[:300]}")
-    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn.stdout)
-    symbols = [line.split()[-1].split("@")[0] for line in syms.stdout.splitlines() if line.strip()]
+def _run(cmd: list[str]) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise RuntimeError(f"cannot read imports with {cmd[0]}: {res.stderr.strip()[:300]}")
+    return res.stdout
+
+
+def read_imports(objects: list[Path], libraries: list[Path]) -> Imports:
+    """What the candidate's objects reference and what the linked libraries need.
+
+    Objects, not the final `.so`: a CUDA artifact links the static CUDA runtime, whose own imports
+    (dlopen, sockets, threads) say nothing about the candidate.
+    """
+    needed = [lib for path in libraries
+              for lib in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", _run(["readelf", "-d", "-W", str(path)]))]
+    symbols = [line.split()[-1].split("@")[0] for path in objects
+               for line in _run(["nm", "--undefined-only", str(path)]).splitlines() if line.strip()]
     return Imports(needed, symbols)
 
 
@@ -94,10 +104,9 @@ def refused_import(imports: Imports, allow_library: bool) -> tuple[Reason, str] 
     return None
 
 
-def check_artifact(paths: list[Path], allow_library: bool) -> tuple[Reason, str] | None:
-    """Evidence check over every shared object of one build artifact."""
-    for path in paths:
-        found = refused_import(read_imports(path), allow_library)
-        if found is not None:
-            return found[0], f"{path.name}: {found[1]}"
-    return None
+def check_artifact(objects: list[Path], libraries: list[Path], allow_library: bool) -> tuple[Reason, str] | None:
+    """Evidence check over one build: the candidate's objects and the libraries linked from them."""
+    found = refused_import(read_imports(objects, libraries), allow_library)
+    if found is None:
+        return None
+    return found[0], f"{', '.join(p.name for p in objects)}: {found[1]}"

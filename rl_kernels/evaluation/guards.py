@@ -84,11 +84,28 @@ TORCH_PATH_RULES: tuple[tuple[str, Reason | None], ...] = (
     ("torch.cuda.manual_seed", Reason.MONKEYPATCH), ("torch.cuda.manual_seed_all", Reason.MONKEYPATCH),
     ("torch.cuda.set_rng_state", Reason.MONKEYPATCH), ("torch.cuda.set_device", Reason.MONKEYPATCH),
     ("torch.use_deterministic_algorithms", Reason.MONKEYPATCH),
+    ("torch.set_num_threads", Reason.MONKEYPATCH), ("torch.set_num_interop_threads", Reason.MONKEYPATCH),
     ("torch.compile", None), ("torch.jit", None), ("torch._dynamo", None), ("torch._inductor", None),
     ("torch.export", None), ("torch.fx", None), ("torch.ops", None),
 )
-# Attribute names rejected on any object (catches streams/graphs reached through introspection).
+# Standard-library modules that torch's own modules import and so expose as attributes
+# (`torch.ctypes`, `torch.serialization.os`): reaching one through torch is the import it stands for.
+MODULES_BEHIND_TORCH: dict[str, Reason] = {
+    "ctypes": Reason.PROCESS_SPAWN, "subprocess": Reason.PROCESS_SPAWN, "multiprocessing": Reason.PROCESS_SPAWN,
+    "signal": Reason.PROCESS_SPAWN, "os": Reason.FILE_ACCESS, "shutil": Reason.FILE_ACCESS,
+    "pathlib": Reason.FILE_ACCESS, "io": Reason.FILE_ACCESS, "tempfile": Reason.FILE_ACCESS,
+    "glob": Reason.FILE_ACCESS, "mmap": Reason.FILE_ACCESS, "pickle": Reason.FILE_ACCESS,
+    "socket": Reason.NETWORK_ACCESS, "threading": Reason.THREAD_SPAWN, "sys": Reason.DYNAMIC_CODE,
+    "importlib": Reason.DYNAMIC_CODE, "builtins": Reason.DYNAMIC_CODE, "inspect": Reason.DYNAMIC_CODE,
+    "gc": Reason.DYNAMIC_CODE, "types": Reason.DYNAMIC_CODE, "marshal": Reason.DYNAMIC_CODE,
+    "traceback": Reason.DYNAMIC_CODE,
+}
+# Attribute names rejected on any object (catches streams/graphs reached through introspection,
+# and frames: a generator's gi_frame.f_back walks up to the evaluator's own frames).
 BANNED_ATTRIBUTES: dict[str, Reason] = {
+    **{attr: Reason.DYNAMIC_CODE for attr in (
+        "gi_frame", "cr_frame", "ag_frame", "gi_code", "cr_code", "f_back", "f_globals", "f_locals",
+        "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next", "co_consts")},
     "Stream": Reason.SIDE_STREAM, "ExternalStream": Reason.SIDE_STREAM, "stream": Reason.SIDE_STREAM,
     "set_stream": Reason.SIDE_STREAM, "StreamContext": Reason.SIDE_STREAM,
     "CUDAGraph": Reason.CUDA_GRAPH, "graph": Reason.CUDA_GRAPH, "make_graphed_callables": Reason.CUDA_GRAPH,
@@ -363,6 +380,10 @@ class _PythonChecker(ast.NodeVisitor):
     def _check_path(self, node: ast.AST, path: str) -> None:
         """Judge one resolved dotted path (torch.*, math.*, ...)."""
         if not path.startswith("torch"):
+            return
+        behind = next((p for p in path.split(".")[1:] if p in MODULES_BEHIND_TORCH), None)
+        if behind is not None:
+            self._add(MODULES_BEHIND_TORCH[behind], node, path, f"the {behind} module reached through torch")
             return
         for rule, reason in TORCH_PATH_RULES:
             if _matches(path, rule):

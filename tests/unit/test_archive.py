@@ -54,6 +54,19 @@ def test_only_kernels_that_passed_every_gate_enter(archive: KernelArchive, failu
     assert archive.count() == 0 and archive.tasks() == [] and archive.best(TASK, "cpu") is None
 
 
+def test_flagged_kernels_go_to_the_review_list_not_the_archive(archive: KernelArchive) -> None:
+    flag = "speedup 25.00x above the ceiling 10.0x after 1 independent re-measurement(s)"
+    m = dataclasses.replace(verified(25.0), flagged=flag, reward=0.0)
+    assert archive.add(TASK, kernel_src(0), m, policy_version=3, backend="cpu") is False
+    assert archive.count() == 0 and archive.best(TASK, "cpu") is None
+    [held] = archive.review_list()
+    assert held["task_id"] == TASK and held["flagged"] == flag and held["policy_version"] == 3
+    assert held["measurement"]["speedup"] == 25.0
+    # An incorrect flagged measurement is a plain failure: nothing to review.
+    archive.add(TASK, kernel_src(1), dataclasses.replace(m, correct=False), policy_version=3, backend="cpu")
+    assert len(archive.review_list()) == 1
+
+
 def test_measurement_of_another_task_is_a_caller_bug(archive: KernelArchive) -> None:
     with pytest.raises(ValueError):
         archive.add("gelu", kernel_src(0), verified(2.0), policy_version=0, backend="cpu")

@@ -1,0 +1,114 @@
+"""The evaluator's trust boundary through the whole evaluator (cpu backend): what an attack leaves
+on the host, what the capture step of a build may do, fresh entropy, and flagged speedups.
+
+The verdicts of the red-team candidates are in the hack manifest (test_hacks_cpu.py); this module
+checks the side effects a verdict cannot show.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rl_kernels.config import EvalConfig
+from rl_kernels.evaluation.build import build_candidate
+from rl_kernels.evaluation.evaluator import Evaluator
+from rl_kernels.tasks import get_task
+from rl_kernels.tasks.module import load_module_task
+
+CANDIDATES = Path(__file__).resolve().parents[1] / "candidates"
+HGEMM = "hgemm/fp32/128_128_128"
+
+
+def _survivors() -> list[int]:
+    """Processes that still run the evaluation worker (a forked candidate would be one)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"rl_kernels.evaluation.worker" in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_raw_write_never_reaches_the_host(cpu_config: EvalConfig) -> None:
+    marker = Path("/tmp/rlk_trust_open_marker")
+    marker.unlink(missing_ok=True)
+    source = (CANDIDATES / "hacks" / "trust" / "raw_open_cpu.cpp").read_text()
+    m = Evaluator(cpu_config).evaluate(get_task(HGEMM), source)
+    assert not marker.exists(), "the candidate wrote on the host"
+    assert m.rejected in (None, "sandbox_violation"), m.detail[-500:]   # inert: it then computes honestly
+
+
+def test_a_raw_fork_is_killed_and_leaves_nothing_running(cpu_config: EvalConfig) -> None:
+    before = set(_survivors())
+    source = (CANDIDATES / "hacks" / "trust" / "raw_fork_cpu.cpp").read_text()
+    m = Evaluator(cpu_config).evaluate(get_task(HGEMM), source)
+    assert m.rejected == "sandbox_violation" and "seccomp" in m.detail, m.detail[-500:]
+    assert m.reward == cpu_config.reward.fail_reward
+    assert set(_survivors()) - before == set()
+
+
+def test_the_capture_step_is_confined(cpu_config: EvalConfig, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module's top level runs during the build: even code the static gate never saw (this calls
+    the build directly) cannot write on the host, read the cache or the caller's secrets, or spawn."""
+    cfg = cpu_config.build.model_copy(update={"cache_dir": tmp_path / "cache"})
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "secret.txt").write_text("cache-secret")
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-secret")
+    marker = tmp_path / "marker"
+    task = load_module_task(CANDIDATES / "hacks" / "tasks" / "relu.py", task_id="test/relu")
+    probe = f"""
+import os, sys
+for what, action in [
+    ("write", lambda: open({str(marker)!r}, "w").write("x")),
+    ("read", lambda: open({str(tmp_path / 'cache' / 'secret.txt')!r}).read()),
+    ("env", lambda: os.environ.get("WANDB_API_KEY", "unset")),
+]:
+    try:
+        print(what, action(), file=sys.stderr)
+    except OSError as exc:
+        print(what, type(exc).__name__, file=sys.stderr)
+"""
+    build = build_candidate(task, probe, "cpu", cfg)
+    assert not build.ok
+    assert not marker.exists()
+    assert "write OSError" in build.log and "read FileNotFoundError" in build.log and "env unset" in build.log
+    assert "cache-secret" not in build.log and "wandb-secret" not in build.log
+    spawn = build_candidate(task, probe + "os.system('true')\n", "cpu", cfg)
+    assert spawn.reason == "sandbox_violation" and "seccomp" in spawn.log
+
+
+def test_every_evaluation_draws_fresh_entropy_and_records_it(cpu_config: EvalConfig) -> None:
+    source = (CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp").read_text()
+    evaluator = Evaluator(cpu_config)
+    first, second = (evaluator.evaluate(get_task(HGEMM), source) for _ in range(2))
+    assert first.correct and second.correct, (first.detail, second.detail)
+    assert len(first.extra["seeds"]) == 1 and first.extra["seeds"] != second.extra["seeds"]
+    fixed = Evaluator(cpu_config.model_copy(update={"seed": 7})).evaluate(get_task(HGEMM), source)
+    assert fixed.extra["seeds"] == [7]
+
+
+def test_a_flagged_speedup_earns_nothing(cpu_config: EvalConfig) -> None:
+    """Above the ceiling after re-measuring (each in a new process on new inputs): no reward.
+
+    The honest blocked kernel runs ~2x torch's fp16 matmul on this cpu, so a ceiling just above 1
+    flags it."""
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.reward.speedup_ceiling = 1.0001
+    m = Evaluator(cfg).evaluate(get_task(HGEMM), (CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp").read_text())
+    assert m.correct and m.rejected is None, m.detail
+    assert m.speedup > cfg.reward.speedup_ceiling, f"precondition: the honest kernel ran at {m.speedup:.2f}x"
+    assert m.flagged and "independent re-measurement" in m.flagged
+    assert m.reward == cfg.reward.fail_reward
+    assert len(set(m.extra["seeds"])) == 1 + cfg.reward.remeasure_attempts   # each measurement on new inputs
+
+
+def test_namespaces_can_be_turned_off_for_hosts_without_them(cpu_config: EvalConfig) -> None:
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.sandbox.isolation = "process"
+    m = Evaluator(cfg).evaluate(get_task(HGEMM), (CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp").read_text())
+    assert m.correct and m.rejected is None, m.detail
