@@ -17,6 +17,9 @@ short still reports what it finished.  Sections (all by default, in this order):
               built-in suite's cuda seeds through the whole evaluator (gate, build, sandbox).
   throughput  one kernel evaluated repeatedly with builds and baselines cached: evaluations per
               minute and the fraction of the evaluation's wall time the GPU spends on timed calls.
+  boundary    the cost of the sandbox: honest kernels evaluated alternately under
+              eval.sandbox.isolation=namespaces and =process (evaluation seconds, the candidate's
+              median), beside triton's do_bench of the same built kernel in this process.
 """
 
 from __future__ import annotations
@@ -303,7 +306,47 @@ def throughput(cfg: EvalConfig, n: int = 8) -> list[dict[str, Any]]:
              "all_correct": all(m.correct for m in ms)}]
 
 
-SECTIONS = ("build", "fidelity", "noise", "candidates", "throughput")
+BOUNDARY = [("honest/hgemm_cuda_fp32.cu", "hgemm/fp32/1024_1024_1024"),
+            ("hgemm/tiled_fp32acc.cu", "hgemm/fp32/2048_2048_2048"),
+            ("hgemm/wmma_fp32acc.cu", "hgemm/fp32/4096_4096_4096")]
+
+
+def boundary(cfg: EvalConfig, repeats: int = 3) -> list[dict[str, Any]]:
+    """Per kernel: `repeats` evaluations under each isolation, alternating (same thermal state),
+    and do_bench of the artifact loaded here (no sandbox, fixed buffers) as the independent clock."""
+    from triton.testing import do_bench
+
+    from rl_kernels.evaluation.artifact import load_hgemm_entry, unpack_artifact
+
+    evaluators = {iso: Evaluator(cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(update={"isolation": iso})}))
+                  for iso in ("namespaces", "process")}
+    rows = []
+    for path, task_id in BOUNDARY:
+        task = get_task(task_id)
+        src = (CANDIDATES / path).read_text()
+        build = build_candidate(task, src, "cuda", cfg.build)
+        entry = load_hgemm_entry(unpack_artifact(build.artifact, build.artifact_name, Path(cfg.build.cache_dir) / "bench"))
+        problem = HgemmProblem(task.hgemm, "cuda", cfg)
+        s = problem.make_set("normal", 3)
+        ref = do_bench(lambda: entry(s.args[0], s.args[1], s.args[2], s.outputs[0]), warmup=25, rep=100,
+                       return_mode="median")
+        got: dict[str, list[Any]] = {iso: [] for iso in evaluators}
+        for _ in range(repeats):
+            for iso, ev in evaluators.items():
+                got[iso].append(ev.evaluate(task, src))
+        row: dict[str, Any] = {"candidate": path, "task": task_id, "do_bench_ms": ref}
+        for iso, ms in got.items():
+            row[f"{iso}_correct"] = all(m.correct for m in ms)
+            row[f"{iso}_eval_s"] = statistics.median(m.eval_seconds for m in ms)
+            row[f"{iso}_ms/do_bench"] = statistics.median(m.candidate_ms or math.nan for m in ms) / ref
+            row[f"{iso}_speedup"] = statistics.median(m.speedup or math.nan for m in ms)
+        rows.append(row)
+        del s
+        torch.cuda.empty_cache()
+    return rows
+
+
+SECTIONS = ("build", "fidelity", "noise", "candidates", "throughput", "boundary")
 
 
 def main() -> int:
@@ -334,6 +377,8 @@ def main() -> int:
                                       "b/a_* = median(self_b)/median(self_a) within a subset of calls"),
         "candidates": (lambda: candidates(cfg, only), "whole evaluator: gate, build, sandbox, correctness, timing"),
         "throughput": (lambda: throughput(cfg), "builds and baselines cached; tiled kernel at 2048^3"),
+        "boundary": (lambda: boundary(cfg), "namespaces vs process isolation, alternating, 3 evaluations each; "
+                                            "ms/do_bench = the evaluator's candidate median over do_bench's"),
     }
     for name in sections:
         fn, note = runners[name]
