@@ -10,9 +10,10 @@ Each runs as `unshare` -> this file as a stage script (pid 1 of a new PID namesp
   kernel kills every other one, so a child that called `setsid()` does not survive;
 - **network namespace** with no interfaces but a downed loopback: no network;
 - **mount namespace**: every mount read-only; the secrets' places (`$HOME`, `/root`, `/home`,
-  `/tmp`, `/run`, `/dev/shm`, the build cache, the checkout the package came from) replaced by
-  empty tmpfs, with only what the step needs bound back (interpreter, its packages, the
-  `rl_kernels` package, CUDA) and only the step's own scratch directory writable;
+  `/tmp`, `/run`, the build cache, the checkout the package came from) replaced by empty tmpfs,
+  with only what the step needs bound back (interpreter, its packages, the `rl_kernels` package,
+  CUDA); a private `/dev` with the standard nodes and the GPU's, and a private `/dev/shm`; only
+  the step's own scratch directory (and the device nodes) writable;
 - **rlimits**: address space (cpu runs and builds), file size, no core dumps, open files;
 - **seccomp** (installed by the worker and the capture step right before candidate code is
   loaded, see `forbid_process_creation`): fork, exec, ptrace, namespace and mount calls, non-local
@@ -42,9 +43,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # Places that hold the host's secrets or other users' data: hidden (empty tmpfs) in every step.
-HIDDEN_DIRS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm", "/mnt", "/media")
+HIDDEN_DIRS = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/var/run", "/mnt", "/media")
 # Files outside those places that a mapped root could read: replaced by /dev/null.
 HIDDEN_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers")
+# The device nodes a step may open (a private /dev holds these alone); the GPU's are found by name.
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+GPU_DEVICE_PREFIXES = ("nvidia", "dri")
 
 
 STAGE_FAILED = 125   # exit status of a stage that could not confine itself (never the candidate's)
@@ -198,9 +202,38 @@ def _mount_layout(conf: Confinement) -> None:
             open(path, "a").close()
         _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
         os.close(fd)
+    devices = _private_dev()
     _set_attr("/", _MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID, 0, recursive=True)
-    for path in conf.writable:
+    # The GPU driver opens its nodes for writing and fails to initialise (CUDA error 304) on a
+    # read-only /proc; this /proc is the PID namespace's own.  /sys stays read-only.
+    for path in [*conf.writable, *devices, "/proc"]:
         _set_attr(path, 0, _MOUNT_ATTR_RDONLY, recursive=False)
+    _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64m,mode=1777")
+
+
+def _private_dev() -> list[str]:
+    """A fresh /dev with only `DEVICES` and the GPU's nodes bound in (no host /dev to write into).
+
+    Returns the bound device paths: they stay writable when the rest is made read-only.
+    """
+    names = [n for n in os.listdir("/dev") if n in DEVICES or n.startswith(GPU_DEVICE_PREFIXES)]
+    held = [(n, os.open(f"/dev/{n}", os.O_PATH | os.O_CLOEXEC)) for n in names]
+    _mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID, "size=1m,mode=755")
+    bound = []
+    for name, fd in held:
+        path = f"/dev/{name}"
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.mkdir(path)
+        else:
+            open(path, "w").close()
+        _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
+        os.close(fd)
+        bound.append(path)
+    os.mkdir("/dev/shm")
+    for i, std in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{i}", f"/dev/{std}")
+    os.symlink("/proc/self/fd", "/dev/fd")
+    return bound
 
 
 def _drop_capabilities() -> None:
