@@ -16,8 +16,7 @@ import ray
 
 from actors.restarts import WorkLost, call_surviving_restarts
 from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation.build import build_candidate
-from rl_kernels.evaluation.guards import static_check
+from rl_kernels.evaluation.build import gated_build
 from rl_kernels.evaluation.reasons import Reason
 from rl_kernels.types import Build, Task
 
@@ -39,11 +38,7 @@ class CompilerActor:
     def build(self, task: Task, source: str) -> Build:
         """The static gate, then the build: a candidate the gate rejects is never compiled (a module
         candidate's build runs its Python to capture `load_inline` calls)."""
-        allow = task.allow_torch_ops or self.cfg.allow_torch_rewrites
-        verdict = static_check(task, source, self.cfg.backend, allow_torch_ops=allow)
-        if verdict.reason is not None:
-            return Build(key="", ok=False, log=verdict.detail, reason=verdict.reason.value)
-        return build_candidate(task, source, self.cfg.backend, self.cfg.build, allow)
+        return gated_build(task, source, self.cfg)
 
 
 async def build_or_fail(compiler: ray.actor.ActorHandle, task: Task, source: str, *,

@@ -1,4 +1,4 @@
-"""`rl-kernels` command line: eval | tasks | bench | rollout | train | report.
+"""`rl-kernels` command line: eval | build | tasks | bench | rollout | train | report.
 
 Every subcommand but `report` takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`)
 and `--dry-run`, which prints the resolved config and exits. `train --resume RUN_DIR` starts from
@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from rl_kernels.config import Config, ConfigError, dump_config, load_config
 from rl_kernels.tasks.module import TaskError
-from rl_kernels.types import Measurement, Task
+from rl_kernels.types import Build, Measurement, Task
 
 CANDIDATE_SUFFIXES = (".py", ".cu", ".cpp", ".cc")
 
@@ -55,11 +56,8 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
     from rl_kernels.evaluation.evaluator import Evaluator
     from rl_kernels.tasks import get_task
 
-    source_path = Path(args.candidate)
-    if not source_path.is_file():
-        raise ConfigError(f"candidate file {source_path} does not exist")
     task = get_task(args.task)
-    m = Evaluator(cfg.eval).evaluate(task, source_path.read_text())
+    m = Evaluator(cfg.eval).evaluate(task, _candidate_file(args.candidate).read_text())
     if args.json:
         print(json.dumps(m.to_json()))
     else:
@@ -67,6 +65,53 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
         if m.rejected and m.detail:
             print(m.detail[-3000:])
     return 0
+
+
+def _candidate_file(path: str) -> Path:
+    source_path = Path(path)
+    if not source_path.is_file():
+        raise ConfigError(f"candidate file {source_path} does not exist")
+    return source_path
+
+
+def cmd_build(args: argparse.Namespace, cfg: Config) -> int:
+    """The static gate and the build only (what the compile pool does): no GPU needed."""
+    from rl_kernels.evaluation.build import build_path, gated_build
+    from rl_kernels.tasks import get_task
+
+    task = get_task(args.task)
+    build = gated_build(task, _candidate_file(args.candidate).read_text(), cfg.eval)
+    gated = build.key == "" and not build.ok
+    result = {"task": task.id, "backend": cfg.eval.backend, "gate": build.reason if gated else None,
+              "compiled": build.ok, "reason": build.reason, "build_path": build_path(task),
+              "build_seconds": build.seconds, "cached": build.cached, "log": build.log[-2000:]}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        state = "built" if build.ok else f"REFUSED ({build.reason})"
+        print(f"{task.id}: {state} in {build.seconds:.1f} s{' (cached)' if build.cached else ''}, "
+              f"against the {result['build_path']} headers")
+        if not build.ok:
+            print(build.log[-3000:])
+    return 0 if build.ok else 1
+
+
+def prebuild(pairs: list[tuple[Task, str]], cfg: Config, jobs: int) -> list[Build]:
+    """Gate and build every candidate in a process pool (the compile pool's job), with a progress bar."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm import tqdm
+
+    from rl_kernels.evaluation.build import gated_build
+
+    context = multiprocessing.get_context("spawn")   # no CUDA or thread state inherited by the workers
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [pool.submit(gated_build, task, source, cfg.eval) for task, source in pairs]
+        for future in tqdm(as_completed(futures), total=len(futures), desc=f"build ({jobs} jobs)", unit="kernel",
+                           file=sys.stderr):
+            future.result()
+        return [f.result() for f in futures]
 
 
 def cmd_tasks(args: argparse.Namespace, cfg: Config) -> int:
@@ -121,15 +166,16 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
             raise ConfigError(f"no file in {directory} matches a task of suite {suite!r}")
     if args.limit:
         pairs = pairs[: args.limit]
+    sources = [(task, task.seeds[cfg.eval.backend] if path is None else path.read_text()) for task, path in pairs]
+    builds = prebuild(sources, cfg, args.jobs or max(1, len(os.sched_getaffinity(0))))
     evaluator = Evaluator(cfg.eval)
     out = Path(args.out) if args.out else None
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
     results: list[Measurement] = []
-    bar = tqdm(pairs, desc=f"bench {suite}", unit="task", file=sys.stderr)
-    for task, path in bar:
-        source = task.seeds[cfg.eval.backend] if path is None else path.read_text()
-        m = evaluator.evaluate(task, source)
+    bar = tqdm(list(zip(sources, builds)), desc=f"bench {suite}", unit="task", file=sys.stderr)
+    for (task, source), build in bar:
+        m = evaluator.evaluate(task, source, build if build.key else None)
         results.append(m)
         best = max((r.speedup or 0) for r in results if r.correct) if any(r.correct for r in results) else 0
         bar.set_postfix(correct=sum(r.correct for r in results), best=f"{best:.2f}x")
@@ -261,6 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidate", required=True, help="candidate file (.py module candidate or .cu/.cpp hgemm kernel)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _common(p)
+    p = sub.add_parser("build", help="static gate and build of one candidate (the compile pool's job; no GPU)")
+    p.add_argument("--task", required=True, help="task id (builtin/softmax, hgemm/fp32/4096_4096_4096) or task file")
+    p.add_argument("--candidate", required=True, help="candidate file (.py module candidate or .cu/.cpp hgemm kernel)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _common(p)
     p = sub.add_parser("tasks", help="list task suites")
     p.add_argument("action", choices=["list"])
     p.add_argument("--suite", help="builtin, hgemm, hgemm/fp16, hgemm/fp32 or a KernelBench directory")
@@ -272,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", action="store_true", help="evaluate the suite's own seed solutions instead")
     p.add_argument("--limit", type=int, default=0, help="evaluate at most this many candidates")
     p.add_argument("--out", help="append one JSON line per measurement to this file")
+    p.add_argument("--jobs", type=int, default=0, help="parallel builds before timing (default: all cores)")
     _common(p)
     p = sub.add_parser("rollout", help="generate, compile and time groups on Ray (no learning): search and "
                                        "pipeline benchmark")
@@ -298,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dry_run:
             print(dump_config(cfg), end="")
             return 0
-        handler = {"eval": cmd_eval, "tasks": cmd_tasks, "bench": cmd_bench, "rollout": cmd_rollout,
+        handler = {"eval": cmd_eval, "build": cmd_build, "tasks": cmd_tasks, "bench": cmd_bench, "rollout": cmd_rollout,
                    "train": cmd_train}[args.command]
         return handler(args, cfg)
     except (ConfigError, TaskError) as exc:

@@ -32,12 +32,12 @@ from typing import Callable, Literal
 
 import filelock
 
-from rl_kernels.config import BuildConfig
+from rl_kernels.config import BuildConfig, EvalConfig
 from rl_kernels.evaluation import confine, ninja, sandbox
 from rl_kernels.evaluation.artifact import MANIFEST, generate_inline_sources, sources_digest
 from rl_kernels.evaluation.evidence import check_artifact
 from rl_kernels.evaluation.flags import check_flags
-from rl_kernels.evaluation.guards import extract_native_sources
+from rl_kernels.evaluation.guards import extract_native_sources, static_check
 from rl_kernels.evaluation.reasons import Reason
 from rl_kernels.types import Build, Task
 
@@ -649,6 +649,23 @@ def _build_module(source: str, backend: BackendName, cfg: BuildConfig, allow_lib
 
 # ----------------------------------------------------------------------------------------------
 # public entry point
+
+
+def gated_build(task: Task, source: str, cfg: EvalConfig) -> Build:
+    """The compile pool's job: the static gate, then the build (a rejected candidate is never compiled).
+
+    A gate rejection comes back as a failed Build whose reason is the gate's.
+    """
+    allow = task.allow_torch_ops or cfg.allow_torch_rewrites
+    verdict = static_check(task, source, cfg.backend, allow_torch_ops=allow)
+    if verdict.reason is not None:
+        return Build(key="", ok=False, log=verdict.detail, reason=verdict.reason.value)
+    return build_candidate(task, source, cfg.backend, cfg.build, allow)
+
+
+def build_path(task: Task) -> str:
+    """Which headers a candidate of this task is built against: the torch shim or torch's own."""
+    return "shim" if task.kind == "hgemm" else "torch"
 
 
 def build_candidate(task: Task, source: str, backend: BackendName, cfg: BuildConfig,

@@ -75,6 +75,25 @@ def test_bench_over_a_directory(cpu_config: EvalConfig, tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=600, check=True)
     assert "summary: 1/2 correct (1 compiled)" in out.stdout
     assert "compile_error" in out.stdout
+    assert "build (" in out.stderr and "2/2" in out.stderr   # the build phase ran first, with a progress bar
+
+
+def test_cli_build_json_contract(cpu_config: EvalConfig, tmp_path: Path) -> None:
+    def build(candidate: Path) -> tuple[int, dict]:
+        out = subprocess.run(
+            [sys.executable, "-m", "rl_kernels.cli", "build", "--task", TASK, "--candidate", str(candidate),
+             "--backend", "cpu", "--json", f"eval.build.cache_dir={cpu_config.build.cache_dir}"],
+            capture_output=True, text=True, timeout=300)
+        return out.returncode, json.loads(out.stdout.strip().splitlines()[-1])
+
+    rc, ok = build(CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp")
+    assert rc == 0 and ok["compiled"] and ok["gate"] is None and ok["build_path"] == "shim"
+    assert set(ok) >= {"task", "backend", "gate", "compiled", "build_path", "build_seconds", "cached", "log"}
+    rc, gated = build(CANDIDATES / "hacks" / "hgemm" / "thread_cpu.cpp")
+    assert rc == 1 and gated["gate"] == "thread_spawn" and not gated["compiled"]
+    rc, evidence = build(CANDIDATES / "hacks" / "trust" / "fork_label_cpu.cpp")
+    assert rc == 1 and evidence["gate"] is None and evidence["reason"] == "process_spawn"
+    assert "imports fork" in evidence["log"]
 
 
 def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
