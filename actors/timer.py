@@ -33,6 +33,7 @@ from actors.restarts import call_surviving_restarts
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.device import device_lock
 from rl_kernels.evaluation.evaluator import Evaluator
+from rl_kernels.evaluation.reward import measurement_reward
 from rl_kernels.types import Build, Measurement, Task
 
 TIMER_FAILED = "timer_failed"  # reason code: the timer died twice while evaluating this candidate
@@ -109,7 +110,8 @@ async def evaluate_or_fail(timer: ray.actor.ActorHandle, task: Task, source: str
         restart_timeout_s=restart_timeout_s)
     if m is not None:
         return m, retried
-    return Measurement(task=task.id, backend=cfg.backend, mode=cfg.timing.mode, compiled=True,
-                       rejected=TIMER_FAILED, reward=cfg.reward.fail_reward,
-                       detail=f"timer died during {retried + 1} attempt(s): {last}",
-                       shared_device=cfg.shared_device), retried
+    failed = Measurement(task=task.id, backend=cfg.backend, mode=cfg.timing.mode, compiled=True,
+                         rejected=TIMER_FAILED, detail=f"timer died during {retried + 1} attempt(s): {last}",
+                         shared_device=cfg.shared_device)
+    failed.reward = measurement_reward(failed, cfg.reward)
+    return failed, retried

@@ -231,7 +231,7 @@ class RolloutDriver:
             ref, build, _ = await build_or_fail(compiler, task, source, retries=c.actor_retries,
                                                 restart_timeout_s=c.restart_timeout_s)
         if ref is None or not build.ok:
-            return build_failure(task, build, ev.backend, ev.timing.mode, ev.reward.fail_reward)
+            return build_failure(task, build, ev.backend, ev.timing.mode, ev.reward)
         async with graph.timers.use() as timer:
             m, _ = await evaluate_or_fail(timer, task, source, ref, ev, retries=c.actor_retries,
                                           restart_timeout_s=c.restart_timeout_s)

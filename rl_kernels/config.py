@@ -79,6 +79,12 @@ class SandboxConfig(_Strict):
     isolation: Isolation = Field("namespaces", description=(
         "How an evaluation subprocess is confined: namespaces (no network, read-only host, secrets "
         "hidden, no process survives it) or process (for hosts without user namespaces; weaker)"))
+    hang_factor: float = Field(1000.0, gt=0, description=(
+        "A candidate call may take this many times the baseline's median before the watchdog calls it "
+        "hung (CUDA-L1's rule is 1000x); lower kills slow-but-honest kernels, higher wastes timer time"))
+    hang_floor_s: float = Field(10.0, gt=0, description=(
+        "Seconds of silence the watchdog always allows once the candidate is loaded (its __init__, a "
+        "batch of queued calls); the floor of how fast a hang is reported"))
 
 
 class CorrectnessConfig(_Strict):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rl_kernels.config import MetricsConfig
-from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.evaluation.reasons import HACK_REASONS
 from rl_kernels.trajectories import Group, truncate_torn_tail, read_records
 
 if TYPE_CHECKING:
@@ -174,19 +174,6 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return list(read_records(Path(run_dir) / FILENAME))
 
 
-# Rejections by the defenses against reward hacking (DESIGN.md "Evaluation protocol"): every
-# static-gate reason except `malformed` (a format error), the sandbox, the gates that catch cached,
-# deferred or out-of-bounds work and torch fallback, and the timing gates. Left out: compile errors,
-# crashes, timeouts and plain wrong results, which an honest but buggy kernel hits as often as a
-# cheating one (a precision downgrade or partial computation fails as `incorrect` and cannot be
-# told from a bug), plus degenerate tasks (a property of the task) and pipeline failures.
-HACK_REASONS: frozenset[str] = frozenset(r.value for r in (
-    Reason.FORBIDDEN_IMPORT, Reason.DYNAMIC_CODE, Reason.SIDE_STREAM, Reason.THREAD_SPAWN,
-    Reason.PROCESS_SPAWN, Reason.MONKEYPATCH, Reason.TENSOR_SUBCLASS, Reason.FILE_ACCESS,
-    Reason.NETWORK_ACCESS, Reason.CUDA_GRAPH, Reason.NO_CUSTOM_KERNEL, Reason.SHAPE_HARDCODED,
-    Reason.SANDBOX_VIOLATION, Reason.TORCH_FALLBACK, Reason.STALE_OUTPUT, Reason.OUT_OF_BOUNDS_WRITE,
-    Reason.ASYNC_ESCAPE, Reason.TIMER_PATCHED, Reason.FASTER_THAN_ROOFLINE,
-))
 
 
 def group_metrics(groups: Sequence[Group]) -> dict[str, float]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from rl_kernels.archive import KernelArchive
 from rl_kernels.config import Backend, PromptConfig, RewardConfig
-from rl_kernels.metrics import HACK_REASONS
+from rl_kernels.evaluation.reward import measurement_reward, training_reward
 from rl_kernels.policy import Completion, Messages
 from rl_kernels.prompts import Exemplar, ParsedAnswer, build_prompt
 from rl_kernels.trajectories import Group, Trajectory
@@ -67,21 +67,12 @@ def make_prompt(task: Task, backend: Backend, archive: KernelArchive, cfg: Promp
                   "contrastive", [k.speedup for k in kernels])
 
 
-def build_failure(task: Task, build: Build, backend: str, mode: str, fail_reward: float) -> Measurement:
+def build_failure(task: Task, build: Build, backend: str, mode: str, cfg: RewardConfig) -> Measurement:
     """The measurement of a candidate that never reached a timer (static gate or build failed)."""
-    return Measurement(task=task.id, backend=backend, mode=mode, compiled=False,
-                       rejected=build.reason or "compile_error", detail=build.log[-4000:], reward=fail_reward,
-                       build_seconds=build.seconds)
-
-
-def training_reward(measurement: Measurement | None, cfg: RewardConfig) -> float:
-    """The evaluator's reward, plus the opt-in shaping of failures (`reward.format_reward`,
-    `reward.compile_reward`): never for an answer without code nor for a rejected hack."""
-    if measurement is None or measurement.rejected in HACK_REASONS:
-        return cfg.fail_reward
-    if measurement.correct:
-        return measurement.reward
-    return cfg.compile_reward if measurement.compiled else cfg.format_reward
+    m = Measurement(task=task.id, backend=backend, mode=mode, compiled=False,
+                    rejected=build.reason or "compile_error", detail=build.log[-4000:], build_seconds=build.seconds)
+    m.reward = measurement_reward(m, cfg)
+    return m
 
 
 def trajectory(index: int, completion: Completion, parsed: ParsedAnswer, measurement: Measurement | None,

@@ -357,11 +357,13 @@ def detect_hgemm_entry(source: str) -> str:
     return names[0]
 
 
-def _with_evidence(outcome: _Outcome, objects: list[Path], libraries: list[Path], allow_library: bool) -> _Outcome:
-    """A build whose objects import library compute or an escape is refused (evidence.py)."""
+def _with_evidence(outcome: _Outcome, objects: list[Path], libraries: list[Path], allow_library: bool,
+                   backend: BackendName) -> _Outcome:
+    """A build whose objects import library compute or an escape, or (cuda) compile no kernel of
+    their own, is refused (evidence.py)."""
     if not outcome.ok:
         return outcome
-    found = check_artifact(objects, libraries, allow_library)
+    found = check_artifact(objects, libraries, allow_library, require_kernel=backend == "cuda")
     if found is None:
         return outcome
     return _Outcome(False, f"{outcome.log}\nrefused after linking: {found[1]}", found[0].value)
@@ -387,7 +389,7 @@ def _build_hgemm(source: str, backend: BackendName, cfg: BuildConfig, allow_libr
     # default arguments never matter for linking.
     return _cached_build(_key(material), HGEMM_ARTIFACT, cfg, lambda work, art: _with_evidence(_build_native(
         work, art, files, [wrapper_name], backend, cfg, include_dirs, []), [work / f"{wrapper_name}.o"], [art],
-        allow_library))
+        allow_library, backend))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -594,7 +596,7 @@ def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backen
                         f"{torch.__version__} is a CPU-only build (no libc10_cuda / libtorch_cuda). Build CUDA "
                         "modules where torch has CUDA.", Reason.COMPILE_ERROR.value)
     objects = [work / edge.outputs[0] for edge in edges if edge.outputs[0].endswith(".o")]
-    outcome = _with_evidence(outcome, objects, [work / e["file"] for e in manifest.values()], allow_library)
+    outcome = _with_evidence(outcome, objects, [work / e["file"] for e in manifest.values()], allow_library, backend)
     if not outcome.ok:
         return outcome
     with zipfile.ZipFile(artifact, "w", compression=zipfile.ZIP_DEFLATED) as zf:

@@ -23,7 +23,7 @@ from rl_kernels.evaluation.build import build_candidate
 from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
 from rl_kernels.evaluation.guards import static_check
 from rl_kernels.evaluation.reasons import Reason
-from rl_kernels.evaluation.reward import correct_reward, noise_floor
+from rl_kernels.evaluation.reward import measurement_reward, noise_floor
 from rl_kernels.evaluation.roofline import min_time_ms
 from rl_kernels.evaluation.timing import median, rel_spread
 from rl_kernels.types import Build, Measurement, Task
@@ -116,6 +116,13 @@ class Evaluator:
     def _readable(job: dict[str, Any]) -> list[str]:
         return [str(Path(job["cublas_library"]).parent)] if "cublas_library" in job else []
 
+    def _watchdog_s(self, baseline_ms: float) -> float:
+        """Silence after which a loaded candidate counts as hung: the floor plus `hang_factor` times
+        the baseline for every call that may sit between two heartbeats (a queued batch on cuda)."""
+        t = self.cfg.timing
+        calls = t.sync_every if self.cfg.backend == "cuda" and t.mode == "kernel" else 1
+        return self.cfg.sandbox.hang_floor_s + self.cfg.sandbox.hang_factor * baseline_ms / 1e3 * calls
+
     def _seed(self) -> int:
         """Fresh OS entropy per job (so no candidate can predict inputs or re-checked calls) unless fixed."""
         return self.cfg.seed if self.cfg.seed is not None else secrets.randbits(62)
@@ -141,7 +148,7 @@ class Evaluator:
     def _reject(self, m: Measurement, reason: Reason | str, detail: str) -> Measurement:
         m.rejected = reason.value if isinstance(reason, Reason) else reason
         m.detail = detail
-        m.reward = self.cfg.reward.fail_reward
+        m.reward = measurement_reward(m, self.cfg.reward)
         return m
 
     def _evaluate(self, task: Task, source: str, build: Build | None, m: Measurement) -> Measurement:
@@ -183,7 +190,8 @@ class Evaluator:
         m.extra.setdefault("seeds", []).append(seed)
         job = {"job": "evaluate", "task": task_to_json(task), "backend": self.cfg.backend,
                "config": self.cfg.model_dump(mode="json"), "baseline": baseline,
-               "candidate_source": source, "seed": seed, **self._native_baselines(task)}
+               "candidate_source": source, "seed": seed, "watchdog_s": self._watchdog_s(m.baselines_ms[baseline]),
+               **self._native_baselines(task)}
         with device_lock(self.device, self.cfg):
             res = sandbox.run_job(job, build.artifact, build.artifact_name, self.cfg.backend,
                                   self.cfg.sandbox, self._threads(), self._readable(job))
@@ -223,9 +231,8 @@ class Evaluator:
                              f"(limit {limit * 1e3:.1f} us): side stream or deferred launch")
                 m.correct = False
                 return
-        floor = noise_floor(m.noise, m.samples, self.cfg.reward)
-        m.extra["noise_floor"] = floor
-        m.reward = correct_reward(m.speedup, self.cfg.reward, floor)
+        m.extra["noise_floor"] = noise_floor(m.noise, m.samples, self.cfg.reward)
+        m.reward = measurement_reward(m, self.cfg.reward)
 
     def _roofline_ms(self, task: Task, m: Measurement) -> float | None:
         if task.kind != "hgemm" or task.hgemm is None or self.cfg.timing.mode != "kernel":
@@ -251,7 +258,7 @@ class Evaluator:
             # reward until a person confirms it (the archive keeps it on its review list).
             m.flagged = (f"speedup {m.speedup:.2f}x above the ceiling {self.cfg.reward.speedup_ceiling}x "
                          f"after {m.extra.get('remeasured', 0)} independent re-measurement(s)")
-            m.reward = self.cfg.reward.fail_reward
+            m.reward = measurement_reward(m, self.cfg.reward)
 
     def _degenerate(self, task: Task) -> str:
         from rl_kernels.tasks.hygiene import check_task_hygiene

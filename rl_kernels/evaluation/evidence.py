@@ -86,8 +86,19 @@ def _allocation_op(op: str) -> bool:
     return any(op == a or op.startswith(a.rstrip("_") + "_") for a in ALLOCATION_OPS)
 
 
-def refused_import(imports: Imports, allow_library: bool) -> tuple[Reason, str] | None:
-    """The first import that betrays library compute (unless allowed) or an escape, else None."""
+# nvcc makes a translation unit that defines or instantiates a kernel register it at load time;
+# one without a kernel of its own never references this.
+KERNEL_REGISTRATION = "__cudaRegisterFunction"
+
+
+def refused_import(imports: Imports, allow_library: bool, require_kernel: bool = False) -> tuple[Reason, str] | None:
+    """The first import that betrays library compute (unless allowed) or an escape, else None.
+
+    With `require_kernel` (cuda candidates), objects that register no kernel of their own are
+    refused too: the work would have to run in something the candidate did not compile.
+    """
+    if require_kernel and not allow_library and KERNEL_REGISTRATION not in imports.symbols:
+        return Reason.NO_CUSTOM_KERNEL, "registers no CUDA kernel of its own (no __global__ function is compiled here)"
     if not allow_library:
         for lib in imports.needed:
             if _LIBRARY_NEEDED.match(lib):
@@ -104,9 +115,10 @@ def refused_import(imports: Imports, allow_library: bool) -> tuple[Reason, str] 
     return None
 
 
-def check_artifact(objects: list[Path], libraries: list[Path], allow_library: bool) -> tuple[Reason, str] | None:
+def check_artifact(objects: list[Path], libraries: list[Path], allow_library: bool,
+                   require_kernel: bool = False) -> tuple[Reason, str] | None:
     """Evidence check over one build: the candidate's objects and the libraries linked from them."""
-    found = refused_import(read_imports(objects, libraries), allow_library)
+    found = refused_import(read_imports(objects, libraries), allow_library, require_kernel)
     if found is None:
         return None
     return found[0], f"{', '.join(p.name for p in objects)}: {found[1]}"

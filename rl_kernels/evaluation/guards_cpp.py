@@ -129,6 +129,12 @@ _SUSPICIOUS_PATHS = re.compile(r"(/proc/|/dev/|/sys/|/etc/|/tmp/|LD_PRELOAD)")
 _INCLUDE_PATH = re.compile(r"#\s*include\s*\"((?:/|\.\./)[^\"]*)\"")
 
 _LAUNCH = re.compile(r"<<<|\bcu(?:da)?LaunchKernel\w*|\bcudaLaunchCooperativeKernel\w*")
+# CUTLASS / CuTe launch a kernel the candidate instantiates from inside their headers: the text then
+# shows the device-level API, not `__global__` and `<<<>>>`.  The build's evidence (the object
+# registers a kernel of its own) confirms it.
+_CUTLASS_DEVICE_API = re.compile(
+    r"\bcutlass::gemm::device::\w+|\bGemmUniversalAdapter\b|\bcutlass::conv::device::\w+"
+    r"|\bcutlass::(?:launch_kernel_on_cluster|device_kernel|Kernel2?)\b|\bcutlass::launch_\w+")
 _LOOP = re.compile(r"\b(?:for|while)\s*\(")
 _RAW_POINTER = re.compile(r"\bdata_ptr\b|\bmutable_data_ptr\b|\.data\s*<|\b(?:packed_)?accessor\w*\s*<")
 _STORE = re.compile(
@@ -355,10 +361,12 @@ def check_native(code: str, where: str, allow_torch_ops: bool) -> list[Finding]:
 
 
 def has_custom_kernel(sources: list[str], backend: NativeBackend) -> bool:
-    """cuda: a `__global__` function and a launch; cpu: a loop storing through a raw pointer."""
+    """cuda: a `__global__` function and a launch, or a CUTLASS/CuTe device-level launch of a kernel
+    instantiated here; cpu: a loop storing through a raw pointer."""
     code = "\n".join(blank_literals(s)[0] for s in sources)
     if backend == "cuda":
-        return "__global__" in code and _LAUNCH.search(code) is not None
+        own = "__global__" in code and _LAUNCH.search(code) is not None
+        return own or _CUTLASS_DEVICE_API.search(code) is not None
     return all(p.search(code) for p in (_LOOP, _RAW_POINTER, _STORE))
 
 

@@ -1,9 +1,12 @@
-"""Reward from a measurement (DESIGN.md protocol step 5).
+"""The reward: the one place a Measurement becomes a number (DESIGN.md protocol step 5).
 
-0 (`fail_reward`) when any gate fails.  A correct kernel earns `correct_base` plus its log-speedup,
-counted only beyond the noise floor (so a re-measured copy of the baseline earns exactly the base),
-clipped on both sides, and never below `min_correct_reward`: a slow but correct kernel still beats
-a broken one, which keeps the incentive to stay correct.
+`measurement_reward` is the evaluator's: 0 (`fail_reward`) when any gate failed or the speedup is
+flagged; a correct kernel earns `correct_base` plus its log-speedup, counted only beyond the noise
+floor (so a re-measured copy of the baseline earns exactly the base), clipped on both sides, and
+never below `min_correct_reward`: a slow but correct kernel still beats a broken one, which keeps
+the incentive to stay correct.  `training_reward` is what the learner sees: the evaluator's reward
+plus the opt-in shaping of honest failures.  Everything else (evaluator, rollout, timer actor)
+calls these two.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import math
 
 from rl_kernels.config import RewardConfig
+from rl_kernels.evaluation.reasons import HACK_REASONS
+from rl_kernels.types import Measurement
 
 
 def shrink_log_speedup(speedup: float, noise_floor: float) -> float:
@@ -35,3 +40,20 @@ def correct_reward(speedup: float, cfg: RewardConfig, floor: float | None = None
     x = shrink_log_speedup(min(speedup, cfg.speedup_ceiling), cfg.noise_floor if floor is None else floor)
     x = max(-cfg.log_speedup_clip, min(cfg.log_speedup_clip, x))
     return max(cfg.min_correct_reward, cfg.correct_base + x)
+
+
+def measurement_reward(m: Measurement, cfg: RewardConfig) -> float:
+    """The evaluator's reward for a finished measurement (its gates, flags and speedup as recorded)."""
+    if m.rejected is not None or not m.correct or m.flagged is not None or not m.speedup:
+        return cfg.fail_reward
+    return correct_reward(m.speedup, cfg, m.extra.get("noise_floor"))
+
+
+def training_reward(m: Measurement | None, cfg: RewardConfig) -> float:
+    """The evaluator's reward, plus the opt-in shaping of failures (`reward.format_reward`,
+    `reward.compile_reward`): never for an answer without code (`m` None) nor for a rejected hack."""
+    if m is None or m.rejected in HACK_REASONS:
+        return cfg.fail_reward
+    if m.correct:
+        return m.reward
+    return cfg.compile_reward if m.compiled else cfg.format_reward

@@ -43,9 +43,13 @@ class SandboxResult:
     seconds: float
     stderr_tail: str = ""
     leftover_processes: bool = False
+    hung_after_s: float | None = None   # the watchdog's silence limit, when it was the watchdog that fired
 
     def failure(self) -> tuple[Reason, str] | None:
         """The reason this run produced no usable verdict, if it did not."""
+        if self.hung_after_s is not None:
+            return Reason.TIMEOUT, (f"a candidate call did not return: no progress for {self.hung_after_s:.1f} s "
+                                    f"in phase {self.last_phase} (killed after {self.seconds:.1f} s)")
         if self.timed_out:
             return Reason.TIMEOUT, f"no result within the time limit (phase {self.last_phase})"
         if self.leftover_processes:
@@ -98,10 +102,40 @@ def environment(scratch: Path, threads: int | None) -> dict[str, str]:
     return env
 
 
-def _read_lines(fd: int, sink: list[str]) -> None:
-    with os.fdopen(fd, "r") as f:
-        for line in f:
-            sink.append(line)
+_WATCHED_PHASES = ('"load"', '"correctness"', '"timing"')   # candidate code runs from "load" on
+
+
+class _Progress:
+    """What the worker said so far, and when it last said anything (read by the watchdog)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.last_at = time.monotonic()
+        self.watched = False      # the candidate is loaded: silence now means a call that never returned
+
+    def read(self, fd: int) -> None:
+        with os.fdopen(fd, "r") as f:
+            for line in f:
+                self.lines.append(line)
+                self.last_at = time.monotonic()
+                self.watched = self.watched or any(p in line for p in _WATCHED_PHASES)
+
+
+def _wait(proc: subprocess.Popen, progress: _Progress, timeout_s: float, watchdog_s: float | None) -> str | None:
+    """Waits for the worker; "timeout" past the job's wall limit, "hung" after `watchdog_s` of silence
+    once candidate code runs, None when it ended by itself."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            proc.wait(timeout=0.1)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if now > deadline:
+            return "timeout"
+        if watchdog_s is not None and progress.watched and now - progress.last_at > watchdog_s:
+            return "hung"
 
 
 def worker_command(cmd: list[str], scratch: Path, readable: list[str], cfg: SandboxConfig) -> list[str]:
@@ -125,8 +159,8 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
         job_path = scratch / "job.json"
         job_path.write_text(json.dumps(job))
         read_fd, write_fd = os.pipe()
-        lines: list[str] = []
-        reader = threading.Thread(target=_read_lines, args=(read_fd, lines), daemon=True)
+        progress = _Progress()
+        reader = threading.Thread(target=progress.read, args=(read_fd,), daemon=True)
         stderr_path = scratch / "stderr.txt"
         t0 = time.monotonic()
         with open(stderr_path, "wb") as err:
@@ -139,21 +173,18 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
             )
         os.close(write_fd)
         reader.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=cfg.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        stopped = _wait(proc, progress, cfg.timeout_s, job.get("watchdog_s"))
+        timed_out = stopped is not None
         leftover = _kill_group(proc.pid)
         proc.wait()
         reader.join(timeout=5)
         seconds = time.monotonic() - t0
-        payload, phase = _parse(lines)
+        payload, phase = _parse(progress.lines)
         tail = stderr_path.read_text(errors="replace")[-4000:]
         if proc.returncode == confine.STAGE_FAILED and phase == "start" and payload is None:
             raise confine.ConfinementError(f"the sandbox could not be set up: {tail.strip()[-600:]}")
         return SandboxResult(payload, proc.returncode, timed_out, phase, seconds, tail,
-                             leftover and not timed_out)
+                             leftover and not timed_out, job.get("watchdog_s") if stopped == "hung" else None)
     finally:
         if not cfg.keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)

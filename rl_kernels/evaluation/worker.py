@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -53,12 +53,28 @@ def classify_error(exc: BaseException) -> Reason:
 
 
 class Reporter:
+    """Phase lines, heartbeats and the verdict, as JSON lines on the pipe the parent reads.
+
+    The parent's watchdog kills the process when no line arrives for the job's `watchdog_s` once the
+    candidate is loaded: a call that never returns is a `timeout` in seconds, not minutes.
+    """
+
+    BEAT_EVERY_S = 0.2   # at most one heartbeat line this often (they are written outside timed regions)
+
     def __init__(self, fd: int):
         self.out = os.fdopen(fd, "w", buffering=1)
         self.violations: sandbox_policy.Violations | None = None
+        self._last_beat = 0.0
 
     def phase(self, name: str) -> None:
         self.out.write(json.dumps({"phase": name}) + "\n")
+
+    def beat(self) -> None:
+        """Before each candidate call: proof that the previous one returned."""
+        now = time.monotonic()
+        if now - self._last_beat >= self.BEAT_EVERY_S:
+            self._last_beat = now
+            self.out.write('{"beat": 1}\n')
 
     def final(self, payload: dict[str, Any]) -> None:
         payload["final"] = True
@@ -130,7 +146,12 @@ def check_outputs(problem: Any, s: InputSet, outs: list[Any]) -> Comparison:
     return compare_values(outs, problem.reference(s), problem.tolerance())
 
 
-def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int) -> dict[str, float]:
+def _no_beat() -> None:
+    """The heartbeat of callers without a watchdog (benchmarks timing trusted code)."""
+
+
+def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int,
+                beat: Callable[[], None] = _no_beat) -> dict[str, float]:
     """Fresh inputs from every distribution, poisoned outputs, inputs unchanged, guards intact."""
     dists = [d for d in DISTRIBUTIONS if d in cfg.correctness.distributions]
     worst_abs = worst_rel = 0.0
@@ -138,6 +159,7 @@ def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int) -> dict[s
     sets = [problem.make_set(dists[i % len(dists)], seed + 1000 + i) for i in range(cfg.correctness.num_input_sets)]
     for i, s in enumerate(sets + problem.variant_sets(seed + 2000)):
         before = snapshot(s.args)
+        beat()
         problem.prepare(s)
         outs = problem.call_candidate(s)
         sync(device)
@@ -196,7 +218,7 @@ def audit_torch_ops(problem: Any, cfg: EvalConfig, device: str, seed: int) -> No
 
 
 def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str | None,
-           candidate: bool) -> dict[str, Any]:
+           candidate: bool, beat: Callable[[], None] = _no_beat) -> dict[str, Any]:
     n = pool_size(problem, device, cfg)
     dist = cfg.timing.input_distribution
     pool = [problem.make_set(dist, seed + 5000 + i) for i in range(n)]
@@ -207,7 +229,8 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
         problem.refresh(pool[i], dist, gen)
 
     def prepare(i: int) -> None:
-        """Before every call, outside the timed region: poison the outputs."""
+        """Before every call, outside the timed region: a heartbeat, then poison the outputs."""
+        beat()
         problem.prepare(pool[i])
 
     sides: dict[str, Side] = {}
@@ -316,13 +339,13 @@ def run_job(job: dict[str, Any], scratch: Path, report: Reporter) -> dict[str, A
     confine.forbid_process_creation()   # from here on, fork/exec/ptrace/... kill the process
     load_candidate(problem, job, target)
     report.phase("correctness")
-    result.update(correctness(problem, cfg, device, seed))
+    result.update(correctness(problem, cfg, device, seed, report.beat))
     if problem.kind == "module" and not (task.allow_torch_ops or cfg.allow_torch_rewrites):
         audit_torch_ops(problem, cfg, device, seed)
     check_identities(identities)
     check_torch_threads(torch_threads)
     report.phase("timing")
-    result.update(timing(problem, cfg, device, seed, job["baseline"], candidate=True))
+    result.update(timing(problem, cfg, device, seed, job["baseline"], candidate=True, beat=report.beat))
     check_identities(identities)
     check_torch_threads(torch_threads)
     if violations.items:

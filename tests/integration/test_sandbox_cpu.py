@@ -23,7 +23,7 @@ def _honest() -> str:
 
 @pytest.mark.parametrize("name, reason, detail", [
     ("segfault.cpp", "crash", "SIGSEGV"),
-    ("hang.cpp", "timeout", "time limit"),
+    ("hang.cpp", "timeout", "did not return"),
     ("huge_alloc.cpp", "out_of_memory", ""),
     ("throws.cpp", "runtime_error", "this kernel refuses to run: M=128"),
     ("syntax_error.cpp", "compile_error", "expected primary-expression"),
@@ -37,6 +37,8 @@ def test_failure_costs_only_itself(name: str, reason: str, detail: str, cpu_conf
     bad = evaluator.evaluate(task, (CANDIDATES / "sandbox" / name).read_text())
     assert bad.rejected == reason, bad.detail[-1500:]
     assert detail in bad.detail
+    if name == "hang.cpp":   # the watchdog, not the 25 s wall limit: the floor (10 s) after the last sign of life
+        assert bad.eval_seconds < cfg.sandbox.timeout_s, bad.eval_seconds
     assert bad.reward == cfg.reward.fail_reward
     good = evaluator.evaluate(task, _honest())
     assert good.correct and good.rejected is None, good.detail[-1500:]

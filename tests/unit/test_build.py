@@ -11,9 +11,11 @@ import torch
 from rl_kernels.config import BuildConfig
 from rl_kernels.evaluation.artifact import load_hgemm_entry, load_native_library, unpack_artifact
 from rl_kernels.evaluation.build import build_candidate, build_native_library, detect_hgemm_entry
+from rl_kernels.evaluation.guards import static_check
 from rl_kernels.types import HgemmSpec, Task
 
-SRC = Path(__file__).resolve().parents[1] / "candidates" / "build"
+CANDIDATES = Path(__file__).resolve().parents[1] / "candidates"
+SRC = CANDIDATES / "build"
 TASK = Task(id="hgemm_64", kind="hgemm", hgemm=HgemmSpec(64, 64, 64, "fp32"))
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 
@@ -184,6 +186,27 @@ def test_cute_include_builds(tmp_path: Path) -> None:
 def test_cuda_l2_layout_builds_unchanged(tmp_path: Path) -> None:
     build = build_candidate(TASK, (SRC / "cuda_l2_layout.cu").read_text(), "cuda", _cfg(tmp_path, cuda_archs=["sm_80"]))
     assert build.ok, build.log
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_cutlass_device_api_kernel_builds(tmp_path: Path) -> None:
+    """No __global__ or <<<>>> in the text: the gate accepts CUTLASS's device API, the build's
+    evidence finds the instantiated kernel registered by the object."""
+    source = (CANDIDATES / "hgemm" / "cutlass_device_api.cu").read_text()
+    assert "__global__" not in source and "<<<" not in source
+    assert static_check(TASK, source, "cuda").ok
+    build = build_candidate(TASK, source, "cuda", _cfg(tmp_path, cuda_archs=["sm_80"]))
+    assert build.ok, build.log
+
+
+@needs_nvcc
+def test_a_cuda_build_without_a_kernel_of_its_own_is_refused(tmp_path: Path) -> None:
+    source = (CANDIDATES / "hacks" / "trust" / "cutlass_facade_cuda.cu").read_text()
+    assert static_check(TASK, source, "cuda").ok   # the CUTLASS name satisfies the spelling check
+    build = build_candidate(TASK, source, "cuda", _cfg(tmp_path, cuda_archs=["sm_80"]))
+    assert not build.ok and build.reason == "no_custom_kernel"
+    assert "registers no CUDA kernel" in build.log
 
 
 # ---------------------------------------------------------------- generic native libraries

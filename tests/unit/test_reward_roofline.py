@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from rl_kernels.config import RewardConfig, RooflineConfig
-from rl_kernels.evaluation.reward import correct_reward, noise_floor, shrink_log_speedup
+from rl_kernels.evaluation.reward import correct_reward, measurement_reward, noise_floor, shrink_log_speedup
 from rl_kernels.evaluation.roofline import device_peaks, min_time_ms
+from rl_kernels.types import Measurement
 
 
 def test_gains_inside_the_noise_count_for_nothing() -> None:
@@ -43,3 +45,14 @@ def test_roofline_bounds_from_table_and_config() -> None:
     t = min_time_ms(2 * 4096**3, 3 * 2 * 4096**2, "NVIDIA H200", RooflineConfig())
     assert t == pytest.approx(2 * 4096**3 / 989e12 * 1e3)
     assert min_time_ms(1e9, 1e6, "cpu", RooflineConfig()) is None
+
+
+def test_measurement_reward_is_the_one_place_a_verdict_becomes_a_number() -> None:
+    cfg = RewardConfig()
+    base = Measurement(task="t", backend="cpu", mode="kernel", compiled=True, correct=True, speedup=2.0,
+                       extra={"noise_floor": 0.05})
+    assert measurement_reward(base, cfg) == pytest.approx(correct_reward(2.0, cfg, 0.05))
+    assert measurement_reward(dataclasses.replace(base, extra={}), cfg) == pytest.approx(correct_reward(2.0, cfg))
+    for failed in (dict(rejected="incorrect", correct=False), dict(rejected="timer_failed"),
+                   dict(flagged="speedup 25.00x above the ceiling"), dict(speedup=None), dict(correct=False)):
+        assert measurement_reward(dataclasses.replace(base, **failed), cfg) == cfg.fail_reward, failed

@@ -13,8 +13,8 @@ from rl_kernels.archive import KernelArchive
 from rl_kernels.config import PromptConfig, RewardConfig
 from rl_kernels.policy import Completion
 from rl_kernels.prompts import parse_completion
-from rl_kernels.rollout import (SEED_POLICY_VERSION, Tally, TaskCycle, build_failure, make_prompt, trajectory,
-                                training_reward)
+from rl_kernels.evaluation.reward import training_reward
+from rl_kernels.rollout import SEED_POLICY_VERSION, Tally, TaskCycle, build_failure, make_prompt, trajectory
 from rl_kernels.tasks import get_task
 from rl_kernels.trajectories import Group
 from rl_kernels.types import Build, Measurement
@@ -77,9 +77,9 @@ def test_trajectory_from_parsed_and_unparsed_completions() -> None:
 
 
 def test_build_failure_keeps_the_gate_reason() -> None:
-    m = build_failure(TASK, Build(key="", ok=False, log="x" * 5000, reason="side_stream"), "cpu", "kernel", 0.0)
+    m = build_failure(TASK, Build(key="", ok=False, log="x" * 5000, reason="side_stream"), "cpu", "kernel", RewardConfig())
     assert (m.rejected, m.compiled, m.reward, len(m.detail)) == ("side_stream", False, 0.0, 4000)
-    assert build_failure(TASK, Build(key="k", ok=False, log="err"), "cpu", "kernel", 0.0).rejected == "compile_error"
+    assert build_failure(TASK, Build(key="k", ok=False, log="err"), "cpu", "kernel", RewardConfig()).rejected == "compile_error"
 
 
 def test_tally_counts_and_best_speedups() -> None:
