@@ -53,6 +53,10 @@ class BuildConfig(_Strict):
     )
     timeout_s: float = Field(300.0, gt=0)
     log_max_chars: int = Field(20000, gt=0)
+    embed_ptx: bool = Field(False, description=(
+        "Also embed PTX for the newest of cuda_archs, so the artifact runs (JIT-compiled at load) on "
+        "newer GPUs than it was built for; costs build time and a first-load JIT, and the timing is "
+        "then of the driver's compilation, not of SASS tuned for that arch"))
     isolation: Isolation = Field("namespaces", description=(
         "How the capture of a module's top level and the compilers are confined: namespaces (no network, "
         "read-only host, secrets hidden) or process (faster to start, but they see the host's files)"))

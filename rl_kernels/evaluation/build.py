@@ -136,12 +136,43 @@ def _native_dir_digest() -> str:
     return h.hexdigest()
 
 
-def _gencode_flags(archs: list[str]) -> list[str]:
-    """sm_90a -> -gencode arch=compute_90a,code=sm_90a (SASS for exactly the configured GPUs)."""
+def _gencode_flags(archs: list[str], embed_ptx: bool = False) -> list[str]:
+    """sm_90a -> -gencode arch=compute_90a,code=sm_90a (SASS for exactly the configured GPUs), plus
+    PTX of the newest arch with `embed_ptx` (the driver JIT-compiles it on newer GPUs)."""
     flags: list[str] = []
     for arch in archs:
         flags += ["-gencode", f"arch=compute_{arch[3:]},code={arch}"]
+    if embed_ptx:
+        newest = max(archs, key=_arch_version)
+        flags += ["-gencode", f"arch=compute_{newest[3:]},code=compute_{newest[3:]}"]
     return flags
+
+
+def _arch_version(arch: str) -> tuple[int, int]:
+    digits = "".join(ch for ch in arch[3:] if ch.isdigit())
+    return int(digits[:-1]), int(digits[-1])
+
+
+def runnable_arch(archs: list[str], embed_ptx: bool, capability: tuple[int, int]) -> str | None:
+    """Which configured arch a device of this compute capability can run, else None.
+
+    SASS for sm_XY runs on the same major with minor >= Y; sm_XYa only on exactly X.Y (arch-specific
+    features); sm_XYf on the same major (family).  Embedded PTX of compute_XY (not `a`) JIT-compiles
+    on any device of capability >= X.Y.
+    """
+    for arch in archs:
+        major, minor = _arch_version(arch)
+        if arch.endswith("a"):
+            fits = (major, minor) == capability
+        else:
+            fits = major == capability[0] and capability[1] >= minor
+        if fits:
+            return arch
+    if embed_ptx:
+        newest = max(archs, key=_arch_version)
+        if not newest.endswith("a") and capability >= _arch_version(newest):
+            return f"compute_{newest[3:]} (PTX)"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -260,14 +291,14 @@ def _native_edges(backend: BackendName, cfg: BuildConfig, compile_files: list[st
     for src in compile_files:
         obj = f"{src}.o"
         if src.endswith(".cu"):
-            cmd = [cfg.nvcc, *cfg.nvcc_flags, *_gencode_flags(cfg.cuda_archs), "-Xcompiler", "-fPIC", *incs,
+            cmd = [cfg.nvcc, *cfg.nvcc_flags, *_gencode_flags(cfg.cuda_archs, cfg.embed_ptx), "-Xcompiler", "-fPIC", *incs,
                    "-c", src, "-o", obj]
         else:
             cmd = [cfg.cxx, *host_flags, "-fPIC", *incs, "-c", src, "-o", obj]
         edges.append(ninja.Edge([obj], [src], cmd, f"compile {src}"))
         objects.append(obj)
     if backend == "cuda":
-        link = [cfg.nvcc, "-shared", *_gencode_flags(cfg.cuda_archs), *objects, "-o", out_path,
+        link = [cfg.nvcc, "-shared", *_gencode_flags(cfg.cuda_archs, cfg.embed_ptx), *objects, "-o", out_path,
                 *ldflags, "-Xlinker", "--no-undefined"]
     else:
         link = [cfg.cxx, "-shared", "-fopenmp", *objects, "-o", out_path, *ldflags, "-Wl,--no-undefined"]
@@ -307,7 +338,8 @@ def build_native_library(name: str, sources: dict[str, str], backend: BackendNam
 
 def _flag_material(backend: BackendName, cfg: BuildConfig) -> dict:
     if backend == "cuda":
-        return {"nvcc_flags": cfg.nvcc_flags, "archs": cfg.cuda_archs, "cxx_flags": cfg.cxx_flags}
+        return {"nvcc_flags": cfg.nvcc_flags, "archs": cfg.cuda_archs, "cxx_flags": cfg.cxx_flags,
+                "embed_ptx": cfg.embed_ptx}
     return {"cxx_flags": cfg.cxx_flags, "cpu_arch_flags": cfg.cpu_arch_flags}
 
 
@@ -477,7 +509,7 @@ def _module_cxx_flags(call: dict, backend: BackendName, cfg: BuildConfig) -> lis
 def _module_nvcc_flags(call: dict, cfg: BuildConfig) -> list[str]:
     from torch.utils import cpp_extension
 
-    flags = [*cpp_extension.COMMON_NVCC_FLAGS, *_gencode_flags(cfg.cuda_archs), "--compiler-options", "-fPIC",
+    flags = [*cpp_extension.COMMON_NVCC_FLAGS, *_gencode_flags(cfg.cuda_archs, cfg.embed_ptx), "--compiler-options", "-fPIC",
              *call["extra_cuda_cflags"]]
     if not any(f.startswith("-std=") for f in flags):
         flags.append("-std=c++20")

@@ -23,6 +23,7 @@ from rl_kernels.config import EvalConfig
 class DeviceIdentity:
     name: str
     key: str   # stable id used for locks and baseline caches
+    capability: tuple[int, int] | None = None   # CUDA compute capability, when nvidia-smi reports it
 
 
 def _visible_gpu_index() -> str:
@@ -34,11 +35,13 @@ def identify(cfg: EvalConfig) -> DeviceIdentity:
     if cfg.backend == "cuda":
         smi = shutil.which("nvidia-smi")
         if smi:
-            out = subprocess.run([smi, "--query-gpu=name,uuid", "--format=csv,noheader", "-i", _visible_gpu_index()],
-                                 capture_output=True, text=True, timeout=30)
+            out = subprocess.run([smi, "--query-gpu=name,uuid,compute_cap", "--format=csv,noheader", "-i",
+                                  _visible_gpu_index()], capture_output=True, text=True, timeout=30)
             if out.returncode == 0 and out.stdout.strip():
-                name, uuid = (x.strip() for x in out.stdout.strip().splitlines()[0].split(",", 1))
-                return DeviceIdentity(name, uuid)
+                name, uuid, cap = (x.strip() for x in out.stdout.strip().splitlines()[0].rsplit(",", 2))
+                major, _, minor = cap.partition(".")
+                capability = (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
+                return DeviceIdentity(name, uuid, capability)
         return DeviceIdentity("cuda", f"cuda-{_visible_gpu_index()}")
     cores = cfg.timing.cpu_cores or sorted(os.sched_getaffinity(0))
     cpu = platform.processor() or platform.machine()

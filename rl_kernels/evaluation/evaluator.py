@@ -19,7 +19,7 @@ from typing import Any
 
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation import confine, sandbox
-from rl_kernels.evaluation.build import build_candidate
+from rl_kernels.evaluation.build import build_candidate, build_path, runnable_arch
 from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
 from rl_kernels.evaluation.guards import static_check
 from rl_kernels.evaluation.reasons import Reason
@@ -104,6 +104,17 @@ class Evaluator:
             name = min(ms, key=ms.get)
         return name, ms
 
+    def _wrong_arch(self) -> str:
+        """Why this device cannot run what the build holds ("" when it can or the capability is unknown)."""
+        cap = self.device.capability
+        b = self.cfg.build
+        if self.cfg.backend != "cuda" or cap is None or runnable_arch(b.cuda_archs, b.embed_ptx, cap):
+            return ""
+        return (f"built for {', '.join(b.cuda_archs)}{' (+PTX)' if b.embed_ptx else ' (SASS only, no PTX)'}, but "
+                f"{self.device.name} is sm_{cap[0]}{cap[1]}: no kernel image of this build can run on it. "
+                f"Add sm_{cap[0]}{cap[1]} to eval.build.cuda_archs, or set eval.build.embed_ptx=true "
+                "(PTX runs on newer GPUs than it was built for)")
+
     def _native_baselines(self, task: Task) -> dict[str, str]:
         """The cuBLAS baseline library, built here: the sandboxed worker can neither build nor see the cache."""
         if self.cfg.backend != "cuda" or not any(n.startswith("cublas") for n in self.baseline_names(task)):
@@ -162,9 +173,13 @@ class Evaluator:
             return self._reject(m, verdict.reason, verdict.detail)
         build = build or self.build(task, source)
         m.build_seconds, m.build_cached = build.seconds, build.cached
+        m.extra["build_path"] = build_path(task)
         if not build.ok:
             return self._reject(m, build.reason or Reason.COMPILE_ERROR, build.log[-4000:])
         m.compiled = True
+        wrong_arch = self._wrong_arch()
+        if wrong_arch:
+            return self._reject(m, Reason.ARCH_MISMATCH, wrong_arch)
         try:
             baseline, all_ms = self.best_baseline(task)
         except BaselineError as exc:

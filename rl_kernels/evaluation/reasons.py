@@ -25,6 +25,7 @@ class Reason(str, Enum):
     COMPILE_ERROR = "compile_error"
     COMPILE_TIMEOUT = "compile_timeout"
     COMPILE_INTERRUPTED = "compile_interrupted"  # compiler killed from outside: says nothing of the source
+    ARCH_MISMATCH = "arch_mismatch"              # built for archs the timer's GPU cannot run (no SASS, no PTX)
     # run (sandbox)
     CRASH = "crash"
     TIMEOUT = "timeout"

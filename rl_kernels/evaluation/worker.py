@@ -42,6 +42,8 @@ class Rejected(Exception):
 
 def classify_error(exc: BaseException) -> Reason:
     msg = str(exc).lower()
+    if "no kernel image is available" in msg:
+        return Reason.ARCH_MISMATCH
     if any(s in msg for s in ("illegal memory access", "misaligned address", "illegal instruction",
                               "unspecified launch failure", "an illegal", "device-side assert")):
         return Reason.ILLEGAL_MEMORY_ACCESS

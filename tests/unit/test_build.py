@@ -10,7 +10,8 @@ import torch
 
 from rl_kernels.config import BuildConfig
 from rl_kernels.evaluation.artifact import load_hgemm_entry, load_native_library, unpack_artifact
-from rl_kernels.evaluation.build import build_candidate, build_native_library, detect_hgemm_entry
+from rl_kernels.evaluation.build import (_gencode_flags, build_candidate, build_native_library, detect_hgemm_entry,
+                                         runnable_arch)
 from rl_kernels.evaluation.guards import static_check
 from rl_kernels.types import HgemmSpec, Task
 
@@ -207,6 +208,25 @@ def test_a_cuda_build_without_a_kernel_of_its_own_is_refused(tmp_path: Path) -> 
     build = build_candidate(TASK, source, "cuda", _cfg(tmp_path, cuda_archs=["sm_80"]))
     assert not build.ok and build.reason == "no_custom_kernel"
     assert "registers no CUDA kernel" in build.log
+
+
+@pytest.mark.parametrize("archs, ptx, capability, runs", [
+    (["sm_90a"], False, (9, 0), "sm_90a"),
+    (["sm_80"], False, (9, 0), None),                      # CUDA-L2's A100 build on an H200: no image
+    (["sm_80"], True, (9, 0), "compute_80 (PTX)"),         # ... unless PTX is embedded
+    (["sm_80"], False, (8, 6), "sm_80"),                   # same major, newer minor: SASS runs
+    (["sm_86"], False, (8, 0), None),                      # older minor: it does not
+    (["sm_90a"], True, (10, 0), None),                     # arch-specific PTX never runs elsewhere
+    (["sm_80", "sm_90a"], False, (9, 0), "sm_90a"),
+])
+def test_which_arch_a_device_can_run(archs: list[str], ptx: bool, capability: tuple[int, int],
+                                     runs: str | None) -> None:
+    assert runnable_arch(archs, ptx, capability) == runs
+
+
+def test_embedded_ptx_is_for_the_newest_arch() -> None:
+    assert _gencode_flags(["sm_80", "sm_90a"], embed_ptx=True)[-2:] == ["-gencode", "arch=compute_90a,code=compute_90a"]
+    assert "compute_80,code=compute_80" not in " ".join(_gencode_flags(["sm_80"], embed_ptx=False))
 
 
 # ---------------------------------------------------------------- generic native libraries
