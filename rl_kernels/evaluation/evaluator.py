@@ -77,7 +77,7 @@ class Evaluator:
                "seed": self._seed(), **self._native_baselines(task)}
         with device_lock(self.device, self.cfg):
             res = sandbox.run_job(job, None, "", self.cfg.backend, self.cfg.sandbox, self._threads(),
-                                  self._readable(job))
+                                  self._readable(job), self._hidden())
         failure = res.failure()
         if failure is not None or not res.payload or not res.payload.get("ok"):
             detail = failure[1] if failure else (res.payload or {}).get("detail", "")
@@ -133,6 +133,10 @@ class Evaluator:
         t = self.cfg.timing
         calls = t.sync_every if self.cfg.backend == "cuda" and t.mode == "kernel" else 1
         return self.cfg.sandbox.hang_floor_s + self.cfg.sandbox.hang_factor * baseline_ms / 1e3 * calls
+
+    def _hidden(self) -> list[str]:
+        """The build cache (other candidates' sources and artifacts) is no business of an evaluation."""
+        return [str(self.cache_dir.resolve())]
 
     def _seed(self) -> int:
         """Fresh OS entropy per job (so no candidate can predict inputs or re-checked calls) unless fixed."""
@@ -209,7 +213,8 @@ class Evaluator:
                **self._native_baselines(task)}
         with device_lock(self.device, self.cfg):
             res = sandbox.run_job(job, build.artifact, build.artifact_name, self.cfg.backend,
-                                  self.cfg.sandbox, self._threads(), self._readable(job))
+                                  self.cfg.sandbox, self._threads(), self._readable(job),
+                                  self._hidden())
         failure = res.failure()
         if failure is not None:
             self._reject(m, failure[0], failure[1])

@@ -138,18 +138,22 @@ def _wait(proc: subprocess.Popen, progress: _Progress, timeout_s: float, watchdo
             return "hung"
 
 
-def worker_command(cmd: list[str], scratch: Path, readable: list[str], cfg: SandboxConfig) -> list[str]:
-    """`cmd` as it runs under the configured isolation (the scratch dir its only writable place)."""
+def worker_command(cmd: list[str], scratch: Path, readable: list[str], cfg: SandboxConfig,
+                   hidden: list[str] = ()) -> list[str]:
+    """`cmd` as it runs under the configured isolation (the scratch dir its only writable place;
+    `hidden` are places beyond the fixed secret ones that it must not see, e.g. the build cache)."""
     if cfg.isolation == "process":
         return cmd
     conf = confine.Confinement(readable=[*confine.python_paths(), *readable], writable=[str(scratch)],
-                               hide=confine.hidden_places([]))
+                               hide=confine.hidden_places(list(hidden)))
     return confine.confined_argv(cmd, conf)
 
 
 def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, backend: str,
-            cfg: SandboxConfig, threads: int | None = None, readable: list[str] = ()) -> SandboxResult:
-    """Runs `job` in a fresh worker; `readable` are host paths it may read besides Python and torch."""
+            cfg: SandboxConfig, threads: int | None = None, readable: list[str] = (),
+            hidden: list[str] = ()) -> SandboxResult:
+    """Runs `job` in a fresh worker; `readable` are host paths it may read besides Python and torch,
+    `hidden` places it must not see (under namespaces)."""
     scratch = Path(tempfile.mkdtemp(prefix="rlk-eval-", dir=cfg.scratch_root)).resolve()
     try:
         (scratch / "in").mkdir()
@@ -166,7 +170,7 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
         with open(stderr_path, "wb") as err:
             cmd = [sys.executable, "-m", "rl_kernels.evaluation.worker", str(job_path), str(write_fd)]
             proc = subprocess.Popen(
-                worker_command(cmd, scratch, list(readable), cfg),
+                worker_command(cmd, scratch, list(readable), cfg, list(hidden)),
                 cwd=scratch, env=environment(scratch, threads), stdin=subprocess.DEVNULL,
                 stdout=err, stderr=err, pass_fds=(write_fd,), start_new_session=True,
                 preexec_fn=_limits(cfg.memory_limit_mb, backend),

@@ -97,13 +97,13 @@ def test_every_evaluation_draws_fresh_entropy_and_records_it(cpu_config: EvalCon
 def test_a_flagged_speedup_earns_nothing(cpu_config: EvalConfig) -> None:
     """Above the ceiling after re-measuring (each in a new process on new inputs): no reward.
 
-    The honest blocked kernel runs ~2x torch's fp16 matmul on this cpu, so a ceiling just above 1
-    flags it."""
-    cfg = cpu_config.model_copy(deep=True)
-    cfg.reward.speedup_ceiling = 1.0001
-    m = Evaluator(cfg).evaluate(get_task(HGEMM), (CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp").read_text())
+    The task's reference applies ReLU 100 times; the honest one-pass kernel is tens of times faster,
+    far above the default ceiling of 10x, whatever else runs on the machine."""
+    task = load_module_task(CANDIDATES / "honest" / "tasks" / "relu_repeated.py", task_id="test/relu_repeated")
+    cfg = cpu_config.model_copy(update={"baselines": cpu_config.baselines.model_copy(update={"module": ["eager"]})})
+    m = Evaluator(cfg).evaluate(task, (CANDIDATES / "honest" / "relu_cpu.py").read_text())
     assert m.correct and m.rejected is None, m.detail
-    assert m.speedup > cfg.reward.speedup_ceiling, f"precondition: the honest kernel ran at {m.speedup:.2f}x"
+    assert m.speedup > cfg.reward.speedup_ceiling, f"precondition: the one-pass kernel ran at {m.speedup:.2f}x"
     assert m.flagged and "independent re-measurement" in m.flagged
     assert m.reward == cfg.reward.fail_reward
     assert len(set(m.extra["seeds"])) == 1 + cfg.reward.remeasure_attempts   # each measurement on new inputs
