@@ -98,20 +98,12 @@ def cmd_build(args: argparse.Namespace, cfg: Config) -> int:
 
 def prebuild(pairs: list[tuple[Task, str]], cfg: Config, jobs: int) -> list[Build]:
     """Gate and build every candidate in a process pool (the compile pool's job), with a progress bar."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     from tqdm import tqdm
 
-    from rl_kernels.evaluation.build import gated_build
+    from rl_kernels.evaluation.build import build_many
 
-    context = multiprocessing.get_context("spawn")   # no CUDA or thread state inherited by the workers
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = [pool.submit(gated_build, task, source, cfg.eval) for task, source in pairs]
-        for future in tqdm(as_completed(futures), total=len(futures), desc=f"build ({jobs} jobs)", unit="kernel",
-                           file=sys.stderr):
-            future.result()
-        return [f.result() for f in futures]
+    with tqdm(total=len(pairs), desc=f"build ({jobs} jobs)", unit="kernel", file=sys.stderr) as bar:
+        return build_many(pairs, cfg.eval, jobs, on_done=bar.update)
 
 
 def cmd_tasks(args: argparse.Namespace, cfg: Config) -> int:

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ import sysconfig
 import tempfile
 import time
 import zipfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
@@ -695,6 +697,22 @@ def gated_build(task: Task, source: str, cfg: EvalConfig) -> Build:
     if verdict.reason is not None:
         return Build(key="", ok=False, log=verdict.detail, reason=verdict.reason.value)
     return build_candidate(task, source, cfg.backend, cfg.build, allow)
+
+
+def build_many(items: list[tuple[Task, str]], cfg: EvalConfig, jobs: int,
+               on_done: Callable[[], None] = lambda: None) -> list[Build]:
+    """`gated_build` of every (task, source) in a pool of `jobs` processes, in the order given.
+
+    The pool's processes are spawned (no CUDA or thread state inherited); `on_done` is called as each
+    build finishes (a progress bar).  Later evaluations of the same sources hit the cache.
+    """
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [pool.submit(gated_build, task, source, cfg) for task, source in items]
+        for future in as_completed(futures):
+            future.result()
+            on_done()
+        return [f.result() for f in futures]
 
 
 def build_path(task: Task) -> str:
