@@ -79,15 +79,21 @@ class Confinement:
 # the parent's side
 
 
+def _checkout() -> Path | None:
+    """The source checkout the package runs from (editable install, PYTHONPATH=repo, a Ray job's
+    working_dir), or None when it is installed into site-packages."""
+    parent = Path(__file__).resolve().parents[2]
+    return parent if (parent / "pyproject.toml").is_file() or (parent / ".git").exists() else None
+
+
 def python_paths() -> list[str]:
     """What a confined Python needs to import torch and rl_kernels, and nothing beside them.
 
-    sys.path entries are bound back, except that a checkout holding the package (an editable
-    install or PYTHONPATH=repo) contributes only its `rl_kernels` directory: the rest of the
-    checkout (runs, configs, caches) stays hidden.
+    sys.path entries are bound back, except that a checkout holding the package contributes only
+    its `rl_kernels` directory: the rest of the checkout (runs, configs, caches) stays hidden.
     """
     package = Path(__file__).resolve().parents[1]
-    checkout = package.parent
+    checkout = _checkout()
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(package)}
     for entry in sys.path:
         if not entry or not Path(entry).exists():
@@ -101,9 +107,9 @@ def python_paths() -> list[str]:
 
 def hidden_places(extra: list[str]) -> list[str]:
     """The fixed secret places plus the caller's home, the checkout and `extra` (e.g. the cache)."""
-    checkout = str(Path(__file__).resolve().parents[2])
+    checkout = _checkout()
     home = os.environ.get("HOME", "")
-    places = [*HIDDEN_DIRS, checkout, *extra] + ([home] if home and home != "/" else [])
+    places = [*HIDDEN_DIRS, *([str(checkout)] if checkout else []), *extra] + ([home] if home and home != "/" else [])
     return sorted({str(Path(p).resolve()) for p in places if p and Path(p).is_dir()})
 
 

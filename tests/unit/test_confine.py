@@ -7,6 +7,7 @@ with the scrubbed environment) and checks from the host what it could and could 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -130,3 +131,27 @@ def test_seccomp_kills_process_creation_and_foreign_sockets_but_not_threads(scra
 def test_the_filter_refuses_an_unknown_machine() -> None:
     with pytest.raises(confine.ConfinementError, match="no seccomp filter for sparc"):
         confine.seccomp_program("sparc")
+
+
+def test_an_installed_package_outside_a_checkout_is_importable(tmp_path: Path) -> None:
+    """Installed into site-packages (no pyproject.toml beside it), the directory holding the package
+    is no checkout to hide: the confined step must still import it and what is installed beside it."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(REPO / "rl_kernels", site / "rl_kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "installed_beside.py").write_text("VALUE = 42\n")   # a dependency in the same site-packages
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+            "from rl_kernels.evaluation import confine, sandbox\n"
+            "from rl_kernels.config import SandboxConfig\n"
+            "import subprocess, pathlib\n"
+            "s = pathlib.Path(sys.argv[2])\n"
+            "cmd = sandbox.worker_command([sys.executable, '-c', 'import rl_kernels.evaluation.worker, torch, installed_beside; print(rl_kernels.__file__)'],"
+            " s, [], SandboxConfig())\n"
+            "env = dict(sandbox.environment(s, None), PYTHONPATH=sys.argv[1])\n"
+            "r = subprocess.run(cmd, cwd=s, env=env, capture_output=True, text=True)\n"
+            "print(r.returncode, r.stdout.strip(), r.stderr[-400:])\n")
+    res = subprocess.run([sys.executable, "-c", code, str(site), str(scratch.resolve())], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"0 {site / 'rl_kernels' / '__init__.py'}"), res.stdout
