@@ -31,13 +31,14 @@ def _honest() -> str:
 def test_failure_costs_only_itself(name: str, reason: str, detail: str, cpu_config: EvalConfig) -> None:
     cfg = cpu_config.model_copy(deep=True)
     cfg.sandbox.timeout_s = 25
+    cfg.sandbox.hang_floor_s = 3
     cfg.sandbox.memory_limit_mb = 6144
     evaluator = Evaluator(cfg)
     task = get_task(TASK)
     bad = evaluator.evaluate(task, (CANDIDATES / "sandbox" / name).read_text())
     assert bad.rejected == reason, bad.detail[-1500:]
     assert detail in bad.detail
-    if name == "hang.cpp":   # the watchdog, not the 25 s wall limit: the floor (10 s) after the last sign of life
+    if name == "hang.cpp":   # the watchdog, not the 25 s wall limit: the floor (3 s) after the last sign of life
         assert bad.eval_seconds < cfg.sandbox.timeout_s, bad.eval_seconds
     assert bad.reward == cfg.reward.fail_reward
     good = evaluator.evaluate(task, _honest())

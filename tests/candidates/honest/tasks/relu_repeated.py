@@ -19,7 +19,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(1024, 1024)]
+    return [torch.randn(512, 512)]
 
 
 def get_init_inputs():
