@@ -47,6 +47,7 @@ class Evaluator:
         self.cfg = cfg
         self.device: DeviceIdentity = identify(cfg)
         self.cache_dir = Path(cfg.build.cache_dir)
+        self._cublas_library: str | None = None
         if cfg.sandbox.isolation == "namespaces":
             confine.probe()   # fail at start-up, naming the missing layer, not on every candidate
 
@@ -116,12 +117,15 @@ class Evaluator:
                 "(PTX runs on newer GPUs than it was built for)")
 
     def _native_baselines(self, task: Task) -> dict[str, str]:
-        """The cuBLAS baseline library, built here: the sandboxed worker can neither build nor see the cache."""
+        """The cuBLAS baseline library, built here (once per evaluator): the sandboxed worker can
+        neither build nor see the cache."""
         if self.cfg.backend != "cuda" or not any(n.startswith("cublas") for n in self.baseline_names(task)):
             return {}
-        from rl_kernels.evaluation.cublas import build_cublas_library
+        if self._cublas_library is None:
+            from rl_kernels.evaluation.cublas import build_cublas_library
 
-        return {"cublas_library": str(build_cublas_library(self.cfg.build))}
+            self._cublas_library = str(build_cublas_library(self.cfg.build))
+        return {"cublas_library": self._cublas_library}
 
     @staticmethod
     def _readable(job: dict[str, Any]) -> list[str]:
