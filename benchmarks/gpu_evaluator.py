@@ -17,9 +17,10 @@ short still reports what it finished.  Sections (all by default, in this order):
               built-in suite's cuda seeds through the whole evaluator (gate, build, sandbox).
   throughput  one kernel evaluated repeatedly with builds and baselines cached: evaluations per
               minute and the fraction of the evaluation's wall time the GPU spends on timed calls.
-  boundary    the cost of the sandbox: honest kernels evaluated alternately under
-              eval.sandbox.isolation=namespaces and =process (evaluation seconds, the candidate's
-              median), beside triton's do_bench of the same built kernel in this process.
+  boundary    the cost of the trust boundary: honest kernels evaluated alternately under
+              eval.sandbox.boundary=split (candidate in a runner process) and =shared (evaluation
+              seconds, candidate and baseline medians, speedups), beside triton's do_bench of the
+              same built kernel in a plain process.
 """
 
 from __future__ import annotations
@@ -306,9 +307,11 @@ def throughput(cfg: EvalConfig, n: int = 8) -> list[dict[str, Any]]:
              "all_correct": all(m.correct for m in ms)}]
 
 
-BOUNDARY = [("honest/hgemm_cuda_fp32.cu", "hgemm/fp32/1024_1024_1024"),
+BOUNDARY = [("seed:fp16", "hgemm/fp16/256_256_256"),
+            ("honest/hgemm_cuda_fp32.cu", "hgemm/fp32/1024_1024_1024"),
             ("hgemm/tiled_fp32acc.cu", "hgemm/fp32/2048_2048_2048"),
-            ("hgemm/wmma_fp32acc.cu", "hgemm/fp32/4096_4096_4096")]
+            ("hgemm/wmma_fp32acc.cu", "hgemm/fp32/4096_4096_4096"),
+            ("honest/relu_cuda.py", "file:honest/tasks/relu.py")]
 
 
 _DO_BENCH = """
@@ -342,27 +345,32 @@ def _do_bench_artifact(build: Any, spec: HgemmSpec, where: Path) -> float | None
 
 
 def boundary(cfg: EvalConfig, repeats: int = 3) -> list[dict[str, Any]]:
-    """Per kernel: `repeats` evaluations under each isolation, alternating (same thermal state),
-    and do_bench of the same artifact in a plain process as the independent clock."""
-    evaluators = {iso: Evaluator(cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(update={"isolation": iso})}))
-                  for iso in ("namespaces", "process")}
+    """Per kernel: `repeats` evaluations with the candidate in a runner process (split) and in the
+    worker itself (shared), alternating (same thermal state), and do_bench of the same artifact in a
+    plain process as the independent clock."""
+    evaluators = {b: Evaluator(cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(update={"boundary": b})}))
+                  for b in ("split", "shared")}
     rows = []
     for path, task_id in BOUNDARY:
-        task = get_task(task_id)
-        src = (CANDIDATES / path).read_text()
+        task = _task(task_id)
+        src = _source(path, task)
         build = build_candidate(task, src, "cuda", cfg.build)
-        got: dict[str, list[Any]] = {iso: [] for iso in evaluators}
+        got: dict[str, list[Any]] = {b: [] for b in evaluators}
         for _ in range(repeats):
-            for iso, ev in evaluators.items():
-                got[iso].append(ev.evaluate(task, src))
-        ref = _do_bench_artifact(build, task.hgemm, Path(cfg.build.cache_dir) / "bench" / task_id.replace("/", "_"))
+            for b, ev in evaluators.items():
+                got[b].append(ev.evaluate(task, src))
+        ref = None
+        if task.hgemm is not None:
+            ref = _do_bench_artifact(build, task.hgemm, Path(cfg.build.cache_dir) / "bench" / task_id.replace("/", "_"))
         row: dict[str, Any] = {"candidate": path, "task": task_id, "do_bench_ms": ref}
-        for iso, ms in got.items():
-            row[f"{iso}_correct"] = all(m.correct for m in ms)
-            row[f"{iso}_eval_s"] = statistics.median(m.eval_seconds for m in ms)
-            row[f"{iso}_ms"] = statistics.median(m.candidate_ms or math.nan for m in ms)
-            row[f"{iso}_ms/do_bench"] = row[f"{iso}_ms"] / ref if ref else None
-            row[f"{iso}_speedup"] = statistics.median(m.speedup or math.nan for m in ms)
+        for b, ms in got.items():
+            row[f"{b}_correct"] = all(m.correct for m in ms)
+            row[f"{b}_eval_s"] = statistics.median(m.eval_seconds for m in ms)
+            row[f"{b}_ms"] = statistics.median(m.candidate_ms or math.nan for m in ms)
+            row[f"{b}_base_ms"] = statistics.median(m.baseline_ms or math.nan for m in ms)
+            row[f"{b}_ms/do_bench"] = row[f"{b}_ms"] / ref if ref else None
+            row[f"{b}_speedups"] = " ".join(f"{m.speedup:.3f}" if m.speedup else "-" for m in ms)
+            row[f"{b}_detail"] = next((m.detail[:120] for m in ms if not m.correct), "")
         rows.append(row)
     return rows
 
@@ -398,7 +406,7 @@ def main() -> int:
                                       "b/a_* = median(self_b)/median(self_a) within a subset of calls"),
         "candidates": (lambda: candidates(cfg, only), "whole evaluator: gate, build, sandbox, correctness, timing"),
         "throughput": (lambda: throughput(cfg), "builds and baselines cached; tiled kernel at 2048^3"),
-        "boundary": (lambda: boundary(cfg), "namespaces vs process isolation, alternating, 3 evaluations each; "
+        "boundary": (lambda: boundary(cfg), "split vs shared boundary, alternating, 3 evaluations each; "
                                             "ms/do_bench = the evaluator's candidate median over do_bench's"),
     }
     for name in sections:

@@ -83,6 +83,9 @@ class SandboxConfig(_Strict):
     isolation: Isolation = Field("namespaces", description=(
         "How an evaluation subprocess is confined: namespaces (no network, read-only host, secrets "
         "hidden, no process survives it) or process (for hosts without user namespaces; weaker)"))
+    boundary: Literal["split", "shared"] = Field("split", description=(
+        "Where the candidate runs: split (a runner process; the judge keeps inputs, references, baseline, "
+        "checks and verdict out of its reach; two CUDA contexts) or shared (the worker itself, one process)"))
     hang_factor: float = Field(1000.0, gt=0, description=(
         "A candidate call may take this many times the baseline's median before the watchdog calls it "
         "hung (CUDA-L1's rule is 1000x); lower kills slow-but-honest kernels, higher wastes timer time"))
@@ -149,6 +152,13 @@ class TimingConfig(_Strict):
     cpu_cores: list[int] | None = None
     flush_l2: bool = True
     launch_cover_cycles: int = Field(200_000, ge=0)   # GPU spin before the start event (~100 us)
+    launch_cover_margin: float = Field(2.0, ge=0.0, description=(
+        "cuda kernel mode: the spin before each start event lasts at least this many times the side's "
+        "slowest host launch so far (0: fixed launch_cover_cycles); lower lets host-heavy launches "
+        "(torch.compile) leak host latency into their times, higher costs GPU time per call"))
+    launch_cover_max_cycles: int = Field(20_000_000, ge=0, description=(
+        "cuda kernel mode: cap of that adaptive spin in GPU cycles (~10 ms), so one host stall cannot "
+        "make every later call wait"))
     # kernel mode on cuda: timed calls queued back to back, one host sync per this many calls.
     # 1 = sync after every call (the GPU idles while the host works between samples, which made
     # 512^3..2048^3 GEMMs 2-15% faster than triton's do_bench on the H200; docs/EVALUATOR.md).
@@ -156,6 +166,15 @@ class TimingConfig(_Strict):
     # Timed inputs: one distribution for candidate and baseline alike (correctness covers all four);
     # the data's bit patterns change the GPU's power draw and clocks, so mixing them adds noise.
     input_distribution: Literal["normal", "uniform", "heavy_tailed", "mixed_sign"] = "normal"
+    window_calls: int = Field(10, ge=1, description=(
+        "split boundary: calls per side per window (queued back to back, one sync); sides alternate "
+        "by window in random order: larger keeps the GPU's load steadier, smaller interleaves finer"))
+    clock_gap_factor: float = Field(3.0, ge=1.0, description=(
+        "split boundary: a runner window may leave this many times the baseline's per-call time "
+        "unexplained by its events (plus clock_gap_ms and one baseline call) before `timer_patched`; "
+        "lower catches smaller clock forgeries, higher spares host-heavy honest candidates"))
+    clock_gap_ms: float = Field(0.5, ge=0.0, description=(
+        "split boundary: fixed per-call slack (ms) of that check, for messages and output copies"))
     sync_guard_samples: int = Field(5, ge=1)
     sync_guard_tolerance_us: float = Field(20.0, ge=0)
     sync_guard_tolerance_rel: float = Field(0.25, ge=0)
@@ -182,6 +201,11 @@ class RewardConfig(_Strict):
     noise_sigmas: float = Field(3.0, ge=0)
     speedup_ceiling: float = Field(10.0, gt=1)
     remeasure_attempts: int = Field(1, ge=0)
+    max_spread: dict[str, float] = Field(default_factory=lambda: {"cuda": 0.15, "cpu": 0.5}, description=(
+        "Per backend: an evaluation whose candidate or baseline samples spread (IQR/median) more than "
+        "this is re-measured (remeasure_attempts times); still above, it is `unstable_measurement` and "
+        "earns the correct-kernel reward without a speedup term. Lower demands steadier timers (more "
+        "re-measurements), higher lets timing noise through to the advantages"))
     # Opt-in shaping for training small models (0 = off, DESIGN.md's pure reward): a failing answer
     # whose code block parsed earns format_reward, one that also compiled earns compile_reward.
     # Answers rejected as reward hacks always get fail_reward; a correct kernel always beats both.

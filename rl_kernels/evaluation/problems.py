@@ -196,16 +196,7 @@ class ModuleProblem:
         s.reference = None
 
     def load_candidate(self, source: str, load_inline: Callable[..., Any]) -> None:
-        import torch.utils.cpp_extension as cpp_extension
-
-        cpp_extension.load_inline = load_inline
-        namespace: dict[str, Any] = {"__name__": "candidate"}
-        exec(compile(source, "candidate.py", "exec"), namespace)
-        model_new = namespace.get("ModelNew")
-        if model_new is None:
-            raise LookupError("the candidate defines no ModelNew")
-        torch.manual_seed(self.seed)
-        self.candidate = model_new(*self.init_inputs).to(self.device).eval()
+        self.candidate = instantiate_model_new(source, load_inline, self.init_inputs, self.seed, self.device)
 
     def call_candidate(self, s: InputSet) -> list[Any]:
         assert self.candidate is not None
@@ -242,3 +233,27 @@ class ModuleProblem:
 
     def flops(self) -> float:
         return 0.0
+
+
+def instantiate_model_new(source: str, load_inline: Callable[..., Any], init_inputs: list[Any], seed: int,
+                          device: str) -> torch.nn.Module:
+    """Runs the candidate's module source and builds its ModelNew with the reference's init inputs,
+    seeded as the reference was (so parameters drawn at init match the reference's)."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    cpp_extension.load_inline = load_inline
+    namespace: dict[str, Any] = {"__name__": "candidate"}
+    exec(compile(source, "candidate.py", "exec"), namespace)
+    model_new = namespace.get("ModelNew")
+    if model_new is None:
+        raise LookupError("the candidate defines no ModelNew")
+    torch.manual_seed(seed)
+    return model_new(*init_inputs).to(device).eval()
+
+
+def task_init_inputs(task: Task, seed: int) -> list[Any]:
+    """The task's init inputs as ModuleProblem draws them (same seed, same order of draws)."""
+    from rl_kernels.tasks.module import load_task_program
+
+    torch.manual_seed(seed)
+    return list(load_task_program(task).get_init_inputs())

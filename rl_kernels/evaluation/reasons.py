@@ -48,6 +48,7 @@ class Reason(str, Enum):
     # timing
     ASYNC_ESCAPE = "async_escape"                # work escaped the timed region (side stream, deferral)
     TIMER_PATCHED = "timer_patched"
+    UNSTABLE_MEASUREMENT = "unstable_measurement"   # correct, but the timing never settled (no speedup reward)
     FASTER_THAN_ROOFLINE = "faster_than_roofline"
     # task
     DEGENERATE_TASK = "degenerate_task"
@@ -70,3 +71,12 @@ HACK_REASONS: frozenset[str] = frozenset(r.value for r in (
     Reason.SANDBOX_VIOLATION, Reason.TORCH_FALLBACK, Reason.STALE_OUTPUT, Reason.OUT_OF_BOUNDS_WRITE,
     Reason.ASYNC_ESCAPE, Reason.TIMER_PATCHED, Reason.FASTER_THAN_ROOFLINE,
 ))
+
+
+class Rejected(Exception):
+    """A check failed inside an evaluation process (worker, judge or runner); carries the reason code."""
+
+    def __init__(self, reason: Reason, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail

@@ -1,7 +1,8 @@
 """The reward: the one place a Measurement becomes a number (DESIGN.md protocol step 5).
 
 `measurement_reward` is the evaluator's: 0 (`fail_reward`) when any gate failed or the speedup is
-flagged; a correct kernel earns `correct_base` plus its log-speedup, counted only beyond the noise
+flagged; a correct kernel whose timing stayed unstable after re-measuring earns `correct_base`
+alone; any other correct kernel earns `correct_base` plus its log-speedup, counted only beyond the noise
 floor (so a re-measured copy of the baseline earns exactly the base), clipped on both sides, and
 never below `min_correct_reward`: a slow but correct kernel still beats a broken one, which keeps
 the incentive to stay correct.  `training_reward` is what the learner sees: the evaluator's reward
@@ -46,6 +47,8 @@ def measurement_reward(m: Measurement, cfg: RewardConfig) -> float:
     """The evaluator's reward for a finished measurement (its gates, flags and speedup as recorded)."""
     if m.rejected is not None or not m.correct or m.flagged is not None or not m.speedup:
         return cfg.fail_reward
+    if m.extra.get("unstable_measurement"):
+        return correct_reward(1.0, cfg)   # correct, but its speedup is noise: no speedup term
     return correct_reward(m.speedup, cfg, m.extra.get("noise_floor"))
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -95,8 +96,36 @@ _EVENT = torch.cuda.Event
 _SLEEP = torch.cuda._sleep
 
 
+def device_sync() -> None:
+    """torch.cuda.synchronize as it was when this module was imported (before any candidate code)."""
+    _SYNCHRONIZE()
+
+
+def spin_cycles_per_ms() -> float:
+    """GPU clock cycles the cover spin burns per millisecond, measured on the device with events."""
+    start, end = _EVENT(enable_timing=True), _EVENT(enable_timing=True)
+    cycles = 2_000_000
+    _SLEEP(cycles)   # warm
+    start.record()
+    _SLEEP(cycles)
+    end.record()
+    _SYNCHRONIZE()
+    return cycles / max(start.elapsed_time(end), 1e-6)
+
+
 class IntervalClock:
-    """Measures one call under the configured mode on the configured device."""
+    """Measures one call under the configured mode on the configured device.
+
+    On cuda in `kernel` mode the spin queued before each start event must outlast the host's work
+    between queueing it and the call's launch reaching the GPU; otherwise the GPU reaches the start
+    event, idles, and host latency lands inside the interval.  A side whose launch path is slow on
+    the host (torch.compile's guards and wrappers: tens of microseconds, with spikes) gets a longer
+    spin: `launch_cover_margin` times the slowest of that side's last `RECENT_LAUNCHES` host launches
+    (so the first call's lazy initialisation ages out during warm-up), never less than
+    `launch_cover_cycles`.
+    """
+
+    RECENT_LAUNCHES = 8
 
     def __init__(self, device: str, cfg: TimingConfig, flusher: Flusher | None, rng: random.Random):
         self.cuda = device.startswith("cuda")
@@ -104,9 +133,17 @@ class IntervalClock:
         self.flusher = flusher
         self.rng = rng
         self.perf_counter = time.perf_counter
+        self.host_launch_ms: dict[int, deque[float]] = {}   # per side (by id): its recent host launches
         if self.cuda:
             self.event = _EVENT
             self.sync = _SYNCHRONIZE
+            self.cycles_per_ms = spin_cycles_per_ms() if cfg.launch_cover_margin > 0 else 0.0
+
+    def cover_cycles(self, side: Side) -> int:
+        """The spin for the next call of `side` (adapted to its host launch cost)."""
+        recent = self.host_launch_ms.get(id(side))
+        adaptive = int(self.cfg.launch_cover_margin * max(recent or [0.0]) * self.cycles_per_ms)
+        return max(self.cfg.launch_cover_cycles, min(adaptive, self.cfg.launch_cover_max_cycles))
 
     def enqueue(self, side: Side, i: int, *, guard: bool = False) -> tuple[Any, Any]:
         """`kernel` mode on cuda: queue prepare, flush, spin and the timed call; no host sync.
@@ -121,11 +158,15 @@ class IntervalClock:
             self.flusher()
         # The flush and a short spin keep the GPU busy while the host enqueues the start event
         # and the call, so host launch latency never lands inside the interval.
-        if self.cfg.launch_cover_cycles:
-            _SLEEP(self.cfg.launch_cover_cycles)
+        cover = self.cover_cycles(side)
+        if cover:
+            _SLEEP(cover)
         start, end = self.event(enable_timing=True), self.event(enable_timing=True)
+        t0 = self.perf_counter()
         start.record()
         out = side.run(i)
+        self.host_launch_ms.setdefault(id(side), deque(maxlen=self.RECENT_LAUNCHES)).append(
+            (self.perf_counter() - t0) * 1e3)
         if guard:
             self.sync()
         end.record()

@@ -1,6 +1,8 @@
 """The evaluation subprocess: `python -m rl_kernels.evaluation.worker JOB.json RESULT_FD`.
 
-One fresh process per evaluation (DESIGN.md protocol step 1).  Everything the candidate could
+One fresh process per evaluation (DESIGN.md protocol step 1).  Under `sandbox.boundary: split` (the
+default) this process is the judge and never loads the candidate: `judge.py` starts a runner for it.
+Under `shared` the candidate runs here, next to the timer and the checker: everything it could
 tamper with is prepared *before* its code is loaded (reference model, baselines, timer objects,
 audit hook); correctness comes before timing; the timing functions' identities are verified after
 the candidate ran.  Results go back as JSON lines on an inherited pipe: `phase` lines while it
@@ -26,18 +28,9 @@ from rl_kernels.evaluation import confine, sandbox_policy
 from rl_kernels.evaluation.correctness import Comparison, check_structure, compare_values, snapshot, unchanged
 from rl_kernels.evaluation.inputs import DISTRIBUTIONS
 from rl_kernels.evaluation.problems import HgemmProblem, InputSet, ModuleProblem
-from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.evaluation.reasons import Reason, Rejected
 from rl_kernels.evaluation.timing import Flusher, Side, interleaved
 from rl_kernels.types import HgemmSpec, Task
-
-
-class Rejected(Exception):
-    """A gate failed inside the worker; carries the reason code."""
-
-    def __init__(self, reason: Reason, detail: str):
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 def classify_error(exc: BaseException) -> Reason:
@@ -297,9 +290,22 @@ def load_candidate(problem: Any, job: dict[str, Any], target: Path) -> None:
 
 def run_job(job: dict[str, Any], scratch: Path, report: Reporter) -> dict[str, Any]:
     cfg = EvalConfig.model_validate(job["config"])
+    report.phase("setup")
+    if job["job"] != "evaluate" or cfg.sandbox.boundary == "shared":
+        return _run_job(job, cfg, scratch, report, None)
+    from rl_kernels.evaluation.judge import RunnerProcess
+
+    # Forked first: before this process touches the device or builds anything of the job's.
+    runner = RunnerProcess(scratch, close_in_child=[report.out.fileno()])
+    try:
+        return _run_job(job, cfg, scratch, report, runner)
+    finally:
+        runner.close()
+
+
+def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Reporter, runner: Any) -> dict[str, Any]:
     task = task_from_json(job["task"])
     seed = int(job["seed"])
-    report.phase("setup")
     device = setup_device(job["backend"], cfg)
     baselines = job.get("baselines") or ([job["baseline"]] if job.get("baseline") else [])
     problem = make_problem(task, device, cfg, seed, baselines, job.get("cublas_library"))
@@ -330,6 +336,11 @@ def run_job(job: dict[str, Any], scratch: Path, report: Reporter) -> dict[str, A
     warm = problem.make_set("normal", seed)
     problem.call_baseline(job["baseline"], warm)
     sync(device)
+    if runner is not None:
+        from rl_kernels.evaluation.judge import run_split
+
+        result.update(run_split(job, problem, cfg, device, seed, runner, report))
+        return result
     identities = timer_identities()
     threads_before = threading.active_count()
     torch_threads = torch.get_num_threads()

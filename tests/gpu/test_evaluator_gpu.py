@@ -50,3 +50,33 @@ def test_cuda_hack_rejected(entry: dict, cuda_config: EvalConfig) -> None:
     if entry.get("inert") and m.rejected is None:
         return
     assert m.rejected in entry["expected"], f"{entry['file']}: {m.rejected} {m.detail[:500]}"
+
+
+@pytest.mark.parametrize("margin", [2.0, 0.0])
+def test_host_heavy_launches_stay_outside_the_timed_interval(margin: float, cuda_config: EvalConfig) -> None:
+    """A side whose launch takes 0.5 ms on the host (torch.compile's guards can) before a ~10 us
+    kernel: with the adaptive launch cover the events see the kernel; with a fixed ~100 us cover
+    the GPU idles at the start event and the host time lands in the interval."""
+    import random
+    import time
+
+    from rl_kernels.evaluation.timing import IntervalClock, Side
+
+    x = torch.randn(1 << 20, device="cuda")
+
+    def run(i: int) -> torch.Tensor:
+        end = time.perf_counter() + 0.5e-3
+        while time.perf_counter() < end:
+            pass
+        return torch.relu(x)
+
+    cfg = cuda_config.timing.model_copy(update={"launch_cover_margin": margin})
+    clock = IntervalClock("cuda", cfg, None, random.Random(0))
+    side = Side(run=run)
+    pending = [clock.enqueue(side, 0)[0] for _ in range(40)]
+    torch.cuda.synchronize()
+    ms = sorted(a.elapsed_time(b) for a, b in pending[10:])[len(pending[10:]) // 2]
+    if margin:
+        assert ms < 0.1, f"host launch time leaked into the interval: {ms:.3f} ms"
+    else:
+        assert ms > 0.3, f"control: a fixed cover should let the 0.5 ms host launch leak in ({ms:.3f} ms)"

@@ -69,6 +69,20 @@ def test_cuda_l2_modes_on_cpu(mode: str, cpu_config: EvalConfig) -> None:
     assert m.candidate_ms > 0 and m.baseline_ms > 0
 
 
+def test_a_measurement_that_never_settles_is_reported_and_earns_no_speedup(cpu_config: EvalConfig) -> None:
+    """Spread above the backend's limit: re-measured in a new process, still above: reported with both
+    spreads, correct, and rewarded as a correct kernel without a speedup term."""
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.reward.max_spread = {"cpu": 1e-9}
+    m = Evaluator(cfg).evaluate(get_task(TASK), _honest())
+    assert m.correct and m.rejected is None, m.detail
+    unstable = m.extra["unstable_measurement"]
+    assert unstable["candidate_spread"] == m.candidate_spread and unstable["baseline_spread"] == m.baseline_spread
+    assert m.extra["remeasured"] == cfg.reward.remeasure_attempts and len(m.extra["seeds"]) == 2
+    assert "unstable_measurement" in m.detail
+    assert m.reward == pytest.approx(max(cfg.reward.min_correct_reward, cfg.reward.correct_base))
+
+
 def test_bench_over_a_directory(cpu_config: EvalConfig, tmp_path: Path) -> None:
     (tmp_path / "128_128_128.cpp").write_text(_honest())
     (tmp_path / "128_128_64.cpp").write_text((CANDIDATES / "sandbox" / "syntax_error.cpp").read_text())

@@ -51,6 +51,20 @@ def test_a_raw_fork_is_killed_and_leaves_nothing_running(cpu_config: EvalConfig)
     assert set(_survivors()) - before == set()
 
 
+def test_a_forged_verdict_fools_the_shared_boundary_but_not_the_split_one(cpu_config: EvalConfig) -> None:
+    """The candidate writes a made-up "correct, 2x faster" final line to every inherited descriptor
+    and exits.  Where it runs next to the result pipe (shared) that line is the verdict; in the
+    runner (split, the default) there is no result pipe to write to."""
+    source = (CANDIDATES / "hacks" / "trust" / "forged_verdict_cpu.cpp").read_text()
+    task = get_task(HGEMM)
+    split = Evaluator(cpu_config).evaluate(task, source)
+    assert split.rejected == "crash" and "runner" in split.detail, split.detail[-500:]
+    assert split.reward == cpu_config.reward.fail_reward
+    shared_cfg = cpu_config.model_copy(update={"sandbox": cpu_config.sandbox.model_copy(update={"boundary": "shared"})})
+    shared = Evaluator(shared_cfg).evaluate(task, source)
+    assert shared.correct and shared.speedup == pytest.approx(2.0), (shared.rejected, shared.detail[-300:])
+
+
 def test_the_capture_step_is_confined(cpu_config: EvalConfig, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A module's top level runs during the build: even code the static gate never saw (this calls
@@ -97,7 +111,7 @@ def test_every_evaluation_draws_fresh_entropy_and_records_it(cpu_config: EvalCon
 def test_a_flagged_speedup_earns_nothing(cpu_config: EvalConfig) -> None:
     """Above the ceiling after re-measuring (each in a new process on new inputs): no reward.
 
-    The task's reference applies ReLU 100 times; the honest one-pass kernel is tens of times faster,
+    The task's reference applies ReLU 1000 times; the honest one-pass kernel is ~100 times faster,
     far above the default ceiling of 10x, whatever else runs on the machine."""
     task = load_module_task(CANDIDATES / "honest" / "tasks" / "relu_repeated.py", task_id="test/relu_repeated")
     cfg = cpu_config.model_copy(update={"baselines": cpu_config.baselines.model_copy(update={"module": ["eager"]})})

@@ -56,3 +56,11 @@ def test_measurement_reward_is_the_one_place_a_verdict_becomes_a_number() -> Non
     for failed in (dict(rejected="incorrect", correct=False), dict(rejected="timer_failed"),
                    dict(flagged="speedup 25.00x above the ceiling"), dict(speedup=None), dict(correct=False)):
         assert measurement_reward(dataclasses.replace(base, **failed), cfg) == cfg.fail_reward, failed
+
+
+def test_an_unstable_measurement_keeps_the_correct_reward_but_no_speedup() -> None:
+    cfg = RewardConfig()
+    m = Measurement(task="t", backend="cuda", mode="kernel", compiled=True, correct=True, speedup=2.4,
+                    extra={"unstable_measurement": {"candidate_spread": 0.02, "baseline_spread": 0.6}})
+    assert measurement_reward(m, cfg) == pytest.approx(cfg.correct_base)
+    assert measurement_reward(dataclasses.replace(m, speedup=0.3), cfg) == pytest.approx(cfg.correct_base)

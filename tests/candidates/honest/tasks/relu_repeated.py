@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """ReLU applied 100 times: the result of one pass, at 100 times its cost.
+    """ReLU applied 1000 times: the result of one pass, at 1000 times its cost.
 
     A task whose reference is needlessly slow, so an honest one-pass kernel is robustly faster than
     any plausible ceiling (the flagged-speedup tests need a speedup no machine load can hide).
@@ -13,7 +13,7 @@ class Model(nn.Module):
         super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(100):
+        for _ in range(1000):
             x = torch.relu(x)
         return x
 

@@ -1,0 +1,392 @@
+"""The judge: the trusted half of an evaluation under the split boundary (`eval.sandbox.boundary`).
+
+Trust boundary, in one sentence: **no candidate code runs in the process that draws the entropy,
+writes the inputs, holds the reference outputs, runs and times the baseline, compares the outputs
+and writes the verdict.**  That process is the judge (the evaluation worker, started by
+`sandbox.py`).  The candidate runs in the runner (`runner.py`), a child the judge starts inside the
+same sandbox, which loads it behind the audit hook and the seccomp filter.  Between them:
+
+- Input sets live in memory both map (`shared.py`); the judge writes the inputs, poisons the output
+  buffers, and after each call reads the outputs and the guards in place, in its own process.
+- The judge alone decides which sets are used when and which timed calls are re-checked (fresh OS
+  entropy the runner never sees); it checks the outputs of those calls after the runner reported.
+- The candidate's fine clock (CUDA events, or the host clock on cpu) is in the runner.  The judge
+  times every window of runner calls with its own wall clock and refuses an evaluation whose
+  events leave much more of the window unexplained than the same harness leaves for the baseline
+  in the judge (`timer_patched`): forged event times can understate a call only within that slack.
+- The runner is stopped (SIGSTOP) while the judge times the baseline, so no thread it started can
+  slow the baseline down.
+- The judge is not dumpable: the runner, same user, cannot open its memory through /proc.
+- The runner talks back in JSON only; a runner that dies, lies about its structure or stops
+  answering fails the job (the parent's watchdog sees the judge go quiet).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import random
+import secrets
+import signal
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from rl_kernels.config import EvalConfig, TimingConfig
+from rl_kernels.evaluation.channel import ChannelClosed, recv_report, send_order
+from rl_kernels.evaluation.correctness import compare_values, snapshot, unchanged
+from rl_kernels.evaluation.inputs import DISTRIBUTIONS
+from rl_kernels.evaluation.problems import InputSet
+from rl_kernels.evaluation.reasons import Reason, Rejected
+from rl_kernels.evaluation.shared import SharedSets, share
+from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, median, sm_clock_mhz
+from rl_kernels.evaluation.worker import cache_bytes, check_outputs, pool_size, sync
+
+_PR_SET_DUMPABLE = 4
+
+
+class RunnerProcess:
+    """The runner as the judge sees it: orders out, JSON reports back, stop/continue, its end.
+
+    Forked from the worker before it touches the device or the job's problem, so the runner starts
+    with torch imported (seconds saved per evaluation) and with nothing of the judge's in memory.
+    """
+
+    def __init__(self, scratch: Path, close_in_child: list[int]):
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:   # the runner
+            try:
+                self.sock.close()
+                for fd in close_in_child:
+                    os.close(fd)
+                from rl_kernels.evaluation.runner import serve
+
+                serve(theirs, scratch)
+            finally:
+                os._exit(0)
+        theirs.close()
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def ask(self, order: dict[str, Any], fds: list[int] = ()) -> dict[str, Any]:
+        """Sends one order and returns the report; a refusal or a dead runner raises `Rejected`."""
+        try:
+            send_order(self.sock, order, list(fds))
+            reply = recv_report(self.sock)
+        except (ChannelClosed, OSError, ValueError) as exc:
+            raise self._death(str(exc)) from None
+        if "reject" in reply:
+            try:
+                reason = Reason(reply["reject"])
+            except ValueError:
+                reason = Reason.RUNTIME_ERROR
+            raise Rejected(reason, str(reply.get("detail", ""))[-2000:])
+        return reply
+
+    def _wait(self, timeout_s: float) -> int | None:
+        deadline = time.monotonic() + timeout_s
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif time.monotonic() > deadline:
+                return None
+            else:
+                time.sleep(0.01)
+        return self.returncode
+
+    def _death(self, why: str) -> Rejected:
+        rc = self._wait(5.0)
+        if rc is None:
+            os.kill(self.pid, signal.SIGKILL)
+            rc = self._wait(5.0)
+        if rc == -signal.SIGSYS:
+            return Rejected(Reason.SANDBOX_VIOLATION, (
+                "the runner was killed by the seccomp filter: a forbidden system call (fork/exec, ptrace, "
+                "a network socket, a SIGSEGV/SIGBUS handler, mount or namespace calls)"))
+        if rc == -signal.SIGKILL:
+            return Rejected(Reason.OUT_OF_MEMORY, "the runner was killed by SIGKILL (memory limit?)")
+        if rc is not None and rc < 0:
+            return Rejected(Reason.CRASH, f"the runner died of {signal.Signals(-rc).name}")
+        return Rejected(Reason.CRASH, f"the runner ended (exit code {rc}) without answering: {why}")
+
+    def stop(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGCONT)
+
+    def close(self) -> None:
+        if self.returncode is None:
+            try:
+                self.resume()
+                send_order(self.sock, {"op": "exit"})
+            except OSError:
+                pass
+            if self._wait(5.0) is None:
+                os.kill(self.pid, signal.SIGKILL)
+                self._wait(5.0)
+        self.sock.close()
+
+
+def become_undumpable() -> None:
+    """Same uid as the runner: without this, the runner could write the judge's memory via /proc."""
+    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def with_output_buffers(problem: Any, sets: list[InputSet]) -> None:
+    """Module tasks return new tensors; the judge gives each set NaN-filled buffers of the expected
+    outputs' exact shapes and dtypes, which the runner copies the candidate's outputs into."""
+    if problem.kind != "module":
+        return
+    layouts: dict[tuple[Any, ...], list[torch.Tensor]] = {}   # one eager call per distinct input shape
+    for s in sets:
+        key = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else repr(x) for x in s.args)
+        if key not in layouts:
+            layouts[key] = problem.expected(s)
+        s.outputs = [torch.full_like(e, float("nan")) for e in layouts[key]]
+
+
+def _poison(problem: Any, s: InputSet) -> None:
+    """Before the runner calls on s: an output that is never written reads as NaN."""
+    for o in s.outputs:
+        o.fill_(float("nan"))
+
+
+def _export(runner: RunnerProcess, tag: str, shared_sets: SharedSets) -> None:
+    runner.ask({"op": "attach", "tag": tag, "descriptor": shared_sets.descriptor}, shared_sets.fds)
+    shared_sets.close_fds()
+
+
+Window = tuple[float, float, int]   # (judge's wall ms, sum of the reported call ms, calls)
+
+
+def check_clock(candidate: list[Window], baseline: list[Window], cfg: TimingConfig) -> dict[str, float]:
+    """The judge's wall clock against the runner's fine clock.
+
+    Per call, the part of the windows that the reported times leave unexplained (launches,
+    flushes, output copies, messages) is compared with the same quantity for the baseline, which the
+    judge timed itself with the same harness.  A runner that reports less than its calls took
+    leaves the difference unexplained; beyond `clock_gap_factor` times the baseline's share plus
+    `clock_gap_ms` plus one baseline call it is `timer_patched`.
+    """
+    def unexplained(rows: list[Window]) -> float:
+        return sum(w - t for w, t, _ in rows) / max(sum(c for _, _, c in rows), 1)
+
+    u_c, u_b = unexplained(candidate), unexplained(baseline)
+    base_ms = median([t / c for _, t, c in baseline]) if baseline else 0.0
+    allowed = cfg.clock_gap_factor * max(u_b, 0.0) + cfg.clock_gap_ms + base_ms
+    if u_c > allowed:
+        raise Rejected(Reason.TIMER_PATCHED, (
+            f"the runner's clock explains too little of its windows: {u_c:.3f} ms per call unexplained by its "
+            f"events against {u_b:.3f} ms for the baseline (allowed {allowed:.3f} ms)"))
+    return {"candidate_unexplained_ms": u_c, "baseline_unexplained_ms": u_b, "allowed_ms": allowed}
+
+
+class SplitEvaluation:
+    """One candidate evaluation with the candidate in a runner process (see the module docstring)."""
+
+    def __init__(self, problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str,
+                 runner: RunnerProcess, beat: Callable[[], None]):
+        self.problem, self.cfg, self.device, self.seed = problem, cfg, device, seed
+        self.baseline, self.runner, self.beat = baseline, runner, beat
+        # Which sets each timed call gets and which calls are re-checked: entropy the runner never sees.
+        self.order_seed = secrets.randbits(63)
+        self.rng = random.Random(self.order_seed)
+
+    def share_sets(self) -> None:
+        """Both phases' sets, exported before the candidate is loaded (CUDA IPC handles are opened
+        while the judge is still dumpable; afterwards nothing in the runner can reach the judge)."""
+        p, cfg = self.problem, self.cfg
+        dists = [d for d in DISTRIBUTIONS if d in cfg.correctness.distributions]
+        checks = [p.make_set(dists[i % len(dists)], self.seed + 1000 + i) for i in range(cfg.correctness.num_input_sets)]
+        self.n_checks = len(checks)
+        self.check_sets = checks + p.variant_sets(self.seed + 2000)
+        with_output_buffers(p, self.check_sets)
+        _export(self.runner, "check", share(self.check_sets, self.device))
+        n = pool_size(p, self.device, cfg)
+        dist = cfg.timing.input_distribution
+        self.pool = [p.make_set(dist, self.seed + 5000 + i) for i in range(n)]
+        with_output_buffers(p, self.pool)
+        _export(self.runner, "pool", share(self.pool, self.device))
+
+    def _call(self, tag: str, sets: list[InputSet], i: int) -> None:
+        self.beat()
+        _poison(self.problem, sets[i])
+        sync(self.device)
+        self.runner.ask({"op": "run", "tag": tag, "sets": [i], "timed": False})
+
+    def correctness(self) -> dict[str, float]:
+        """The in-process protocol's checks, each decided here on the judge's copy of the memory."""
+        p, sets = self.problem, self.check_sets
+        worst_abs = worst_rel = 0.0
+        for i, s in enumerate(sets):
+            before = snapshot(s.args)
+            self._call("check", sets, i)
+            cmp = check_outputs(p, s, s.outputs)
+            if not cmp.ok:
+                label = f"input set {i}" if i < self.n_checks else f"variant shape {i - self.n_checks}"
+                raise Rejected(cmp.reason, f"{label}: {cmp.detail}")  # type: ignore[arg-type]
+            if not unchanged(s.args, before):
+                raise Rejected(Reason.INPUT_MUTATED, f"input set {i}: the candidate modified its inputs")
+            if not p.guards_intact(s):
+                raise Rejected(Reason.OUT_OF_BOUNDS_WRITE, f"input set {i}: memory next to the output changed")
+            worst_abs, worst_rel = max(worst_abs, cmp.max_abs_err), max(worst_rel, cmp.rel_norm_err)
+        s0 = sets[0]
+        first = [o.clone() for o in s0.outputs]
+        self._call("check", sets, 0)
+        for a, b in zip(first, s0.outputs):
+            same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+            if not bool(same.all()) and not compare_values(list(s0.outputs), first, p.tolerance()).ok:
+                raise Rejected(Reason.NONDETERMINISTIC, "two runs on the same inputs differ beyond tolerance")
+        # Same buffers, new values: an output cache keyed on pointers answers with the old result.
+        p.refresh(s0, "uniform", torch.Generator(device=self.device).manual_seed(self.seed + 4000))
+        self._call("check", sets, 0)
+        cmp = check_outputs(p, s0, s0.outputs)
+        if not cmp.ok:
+            raise Rejected(Reason.STALE_OUTPUT, f"same buffers with new values gave a wrong result: {cmp.detail}")
+        return {"max_abs_err": worst_abs, "rel_norm_err": worst_rel}
+
+    def audit_torch_ops(self) -> None:
+        ops = self.runner.ask({"op": "audit", "tag": "check", "set": 1})["ops"]
+        allowed = set(self.cfg.correctness.allowed_torch_ops)
+        compute = sorted(str(op) for op in ops if op not in allowed)
+        if compute:
+            raise Rejected(Reason.TORCH_FALLBACK, f"torch ops did the work: {', '.join(compute[:8])}")
+
+    def timing(self) -> dict[str, Any]:
+        """Windows of candidate calls (in the runner) and of baseline calls (here), in random order."""
+        p, cfg, device, rng = self.problem, self.cfg, self.device, self.rng
+        tc = cfg.timing
+        n = len(self.pool)
+        dist = tc.input_distribution
+        gen = torch.Generator(device=device).manual_seed(self.seed + 7000)
+        unused: list[int] = []
+
+        def next_set() -> int:
+            if not unused:
+                for s in self.pool:
+                    p.refresh(s, dist, gen)
+                    _poison(p, s)
+                sync(device)
+                unused.extend(range(n))
+            return unused.pop(rng.randrange(len(unused)))
+
+        def prepare(i: int) -> None:
+            self.beat()
+            p.prepare(self.pool[i])
+
+        base = Side(run=lambda i: p.call_baseline(self.baseline, self.pool[i]), prepare=prepare)
+        flusher = Flusher(device, 2 * cache_bytes(device, cfg))
+        clock = IntervalClock(device, tc, flusher, rng)
+        queued = device == "cuda" and tc.mode == "kernel"
+
+        def baseline_window(sets: list[int]) -> tuple[list[float], float]:
+            t0 = time.monotonic()
+            if queued:
+                pending = [clock.enqueue(base, i)[0] for i in sets]
+                sync(device)
+                ms = [a.elapsed_time(b) for a, b in pending]
+            else:
+                ms = [clock.measure(base, i)[0] for i in sets]
+            return ms, time.monotonic() - t0
+
+        def candidate_window(sets: list[int]) -> tuple[list[float], float]:
+            self.beat()
+            self.runner.resume()
+            t0 = time.monotonic()
+            reply = self.runner.ask({"op": "run", "tag": "pool", "sets": sets, "timed": True})
+            wall = time.monotonic() - t0
+            self.runner.stop()
+            ms = reply.get("ms")
+            if (not isinstance(ms, list) or len(ms) != len(sets)
+                    or not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in ms)):
+                raise Rejected(Reason.TIMER_PATCHED, f"the runner reported {len(ms) if isinstance(ms, list) else ms!r} "
+                                                     f"times for {len(sets)} calls")
+            return [float(x) for x in ms], wall
+
+        # Warm-up on both sides (not recorded), the runner's first so it is stopped during the judge's.
+        warm = [(w + 1) % n for w in range(tc.warmup)]
+        if warm:
+            candidate_window(warm)
+            baseline_window(warm)
+        late = range(tc.samples // 2, tc.samples)
+        checks = set(rng.sample(late, k=min(cfg.correctness.recheck_timed_calls, len(late))))
+        ms: dict[str, list[float]] = {"candidate": [], self.baseline: []}
+        walls: dict[str, list[Window]] = {"candidate": [], self.baseline: []}
+        rechecked = 0
+        deadline = time.monotonic() + tc.max_seconds
+        while len(ms["candidate"]) < tc.samples:
+            for side in rng.sample(["candidate", self.baseline], k=2):
+                done = len(ms[side])
+                count = min(tc.window_calls, tc.samples - done)
+                if count <= 0:
+                    continue
+                sets = [next_set() for _ in range(count)]
+                times, wall = candidate_window(sets) if side == "candidate" else baseline_window(sets)
+                ms[side].extend(times)
+                walls[side].append((wall * 1e3, sum(times), count))
+                if side != "candidate":
+                    continue
+                for k in range(done, done + count):
+                    if k in checks:
+                        i = sets[k - done]
+                        cmp = check_outputs(p, self.pool[i], self.pool[i].outputs)
+                        if not cmp.ok:
+                            raise Rejected(Reason.STALE_OUTPUT, f"a timed call's output was wrong: {cmp.detail}")
+                        rechecked += 1
+            if len(ms["candidate"]) >= 30 and time.monotonic() > deadline:
+                break
+        clock_figures = check_clock(walls["candidate"], walls[self.baseline], tc)
+        result: dict[str, Any] = {"samples_ms": ms, "pool_sets": n, "rechecked": rechecked,
+                                  "sm_clock_mhz": sm_clock_mhz() if queued else None, "clock_check": clock_figures,
+                                  "order_seed": self.order_seed, "boundary": "split"}
+        if queued:
+            result["guard_gap_ms"] = self._guard_gaps(clock, base, next_set)
+        return result
+
+    def _guard_gaps(self, clock: IntervalClock, base: Side, next_set: Callable[[], int]) -> dict[str, float]:
+        k = self.cfg.timing.sync_guard_samples
+        self.runner.resume()
+        pairs = [[next_set(), next_set()] for _ in range(k)]
+        gaps = self.runner.ask({"op": "guard", "tag": "pool", "pairs": pairs})["gaps"]
+        self.runner.stop()
+        if not isinstance(gaps, list) or not all(isinstance(g, (int, float)) and math.isfinite(g) for g in gaps):
+            raise Rejected(Reason.TIMER_PATCHED, "the runner's sync-guard report is not a list of times")
+        own = []
+        for _ in range(k):
+            guarded, _ = clock.measure(base, next_set(), guard=True)
+            plain, _ = clock.measure(base, next_set())
+            own.append(guarded - plain)
+        return {"candidate": statistics.median(gaps) if gaps else 0.0, self.baseline: statistics.median(own)}
+
+
+def run_split(job: dict[str, Any], problem: Any, cfg: EvalConfig, device: str, seed: int,
+              runner: RunnerProcess, report: Any) -> dict[str, Any]:
+    """The candidate job under the split boundary, with a runner forked before the problem was set
+    up; the caller has set up the problem and warmed the baseline."""
+    runner.ask({"op": "setup", "config": job["config"], "task": job["task"], "backend": job["backend"],
+                "artifact_name": job["artifact_name"], "candidate_source": job.get("candidate_source", "")})
+    ev = SplitEvaluation(problem, cfg, device, seed, job["baseline"], runner, report.beat)
+    ev.share_sets()
+    become_undumpable()
+    report.phase("load")
+    runner.ask({"op": "load", "init_seed": seed})
+    report.phase("correctness")
+    result: dict[str, Any] = dict(ev.correctness())
+    if problem.kind == "module" and not (problem.task.allow_torch_ops or cfg.allow_torch_rewrites):
+        ev.audit_torch_ops()
+    report.phase("timing")
+    result.update(ev.timing())
+    runner.resume()
+    runner.ask({"op": "finish"})
+    return result
