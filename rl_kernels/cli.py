@@ -76,14 +76,14 @@ def _candidate_file(path: str) -> Path:
 
 def cmd_build(args: argparse.Namespace, cfg: Config) -> int:
     """The static gate and the build only (what the compile pool does): no GPU needed."""
-    from rl_kernels.evaluation.build import build_path, gated_build
+    from rl_kernels.evaluation.build import gated_build
     from rl_kernels.tasks import get_task
 
     task = get_task(args.task)
     build = gated_build(task, _candidate_file(args.candidate).read_text(), cfg.eval)
     gated = build.key == "" and not build.ok
     result = {"task": task.id, "backend": cfg.eval.backend, "gate": build.reason if gated else None,
-              "compiled": build.ok, "reason": build.reason, "build_path": build_path(task),
+              "compiled": build.ok, "reason": build.reason, "build_path": build.path or None,
               "build_seconds": build.seconds, "cached": build.cached, "log": build.log[-2000:]}
     if args.json:
         print(json.dumps(result))

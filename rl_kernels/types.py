@@ -62,6 +62,7 @@ class Build:
     seconds: float = 0.0
     cached: bool = False
     reason: str | None = None
+    path: str = ""   # headers it was built against: "shim" (hgemm's fast path) or "torch" (torch's own)
 
 
 @dataclass

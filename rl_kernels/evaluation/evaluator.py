@@ -16,11 +16,11 @@ import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation import confine, sandbox
-from rl_kernels.evaluation.build import build_candidate, build_path, runnable_arch
+from rl_kernels.evaluation.build import build_candidate, runnable_arch
 from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
 from rl_kernels.evaluation.guards import static_check
 from rl_kernels.evaluation.reasons import Reason
@@ -182,7 +182,7 @@ class Evaluator:
             return self._reject(m, verdict.reason, verdict.detail)
         build = build or self.build(task, source)
         m.build_seconds, m.build_cached = build.seconds, build.cached
-        m.extra["build_path"] = build_path(task)
+        m.extra["build_path"] = build.path
         if not build.ok:
             return self._reject(m, build.reason or Reason.COMPILE_ERROR, build.log[-4000:])
         m.compiled = True
@@ -199,24 +199,28 @@ class Evaluator:
         if payload is None:
             return m
         self._score(task, payload, baseline, m)
-        if m.rejected is None and self._unstable(m):
+
+        def remeasure(settled: Callable[[], bool]) -> bool:
+            """Up to `remeasure_attempts` new measurements (new process, new inputs) until `settled`;
+            False when one of them failed (m then says why)."""
             for _ in range(self.cfg.reward.remeasure_attempts):
                 payload = self._measure(task, source, build, baseline, m)
                 if payload is None:
-                    return m
+                    return False
                 self._score(task, payload, baseline, m)
                 m.extra["remeasured"] = m.extra.get("remeasured", 0) + 1
-                if not self._unstable(m):
+                if settled():
                     break
+            return True
+
+        if m.rejected is None and self._unstable(m):
+            if not remeasure(lambda: not self._unstable(m)):
+                return m
             if self._unstable(m):
                 self._mark_unstable(m)
         if m.rejected is None and self._suspicious(m, task):
-            for _ in range(self.cfg.reward.remeasure_attempts):
-                payload = self._measure(task, source, build, baseline, m)
-                if payload is None:
-                    return m
-                self._score(task, payload, baseline, m)
-                m.extra["remeasured"] = m.extra.get("remeasured", 0) + 1
+            if not remeasure(lambda: False):
+                return m
             self._settle_suspicion(m, task)
         return m
 

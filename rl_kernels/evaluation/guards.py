@@ -27,6 +27,7 @@ from rl_kernels.evaluation.guards_cpp import (
     first_by_priority,
     has_custom_kernel,
     has_hgemm_entry,
+    hgemm_entry_diagnosis,
 )
 from rl_kernels.evaluation.flags import check_flags
 from rl_kernels.evaluation.reasons import Reason
@@ -183,7 +184,7 @@ def extract_native_sources(source: str) -> list[str]:
 def _check_hgemm(source: str, backend: Backend, allow: bool) -> list[Finding]:
     if not source.strip() or not has_hgemm_entry(source):
         return [Finding(Reason.MALFORMED, "entry", 1, "source",
-                        "no `void entry(torch::Tensor a, b, b_col_major, c)` function")]
+                        "no entry point: " + hgemm_entry_diagnosis(source))]
     findings = check_native(source, "source", allow)
     if not allow and not has_custom_kernel([source], backend):
         findings.append(Finding(Reason.NO_CUSTOM_KERNEL, "kernel", 1, "source", _no_kernel_why(backend)))

@@ -375,6 +375,23 @@ def has_hgemm_entry(code: str) -> bool:
     return _HGEMM_ENTRY.search(blank_literals(code)[0]) is not None
 
 
+_TENSOR_FUNCTION = re.compile(r"\b(\w+)\s+(\w+)\s*\(([^()]*\bTensor\b[^()]*)\)\s*\{")
+
+
+def hgemm_entry_diagnosis(code: str) -> str:
+    """Why no function matches the entry point: the functions taking tensors that come closest."""
+    want = "the entry point is `void NAME(torch::Tensor a, torch::Tensor b, torch::Tensor b_col_major, torch::Tensor c)`"
+    close = []
+    for ret, name, params in _TENSOR_FUNCTION.findall(blank_literals(code)[0]):
+        tensors = len(re.findall(r"\bTensor\b", params))
+        others = len([p for p in params.split(",") if p.strip()]) - tensors
+        close.append(f"`{name}` returns {ret} and takes {tensors} tensor(s)" + (f" and {others} other parameter(s)"
+                                                                               if others else ""))
+    if not close:
+        return f"no function taking torch::Tensor arguments; {want}"
+    return f"{want}; found {'; '.join(close[:4])}"
+
+
 def first_by_priority(findings: list[Finding]) -> Finding | None:
     """The finding that names the rejection: most dangerous reason first, then earliest line."""
     if not findings:

@@ -39,13 +39,14 @@ import torch
 
 from rl_kernels.config import EvalConfig, TimingConfig
 from rl_kernels.evaluation.channel import ChannelClosed, recv_report, send_order
-from rl_kernels.evaluation.correctness import compare_values, snapshot, unchanged
+from rl_kernels.evaluation.correctness import compare_values, snapshot
 from rl_kernels.evaluation.inputs import DISTRIBUTIONS
 from rl_kernels.evaluation.problems import InputSet
 from rl_kernels.evaluation.reasons import Reason, Rejected
 from rl_kernels.evaluation.shared import SharedSets, share
 from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, median, sm_clock_mhz
-from rl_kernels.evaluation.worker import cache_bytes, check_outputs, pool_size, sync
+from rl_kernels.evaluation.worker import (cache_bytes, check_correctness_call, check_outputs, pool_size,
+                                          recheck_call, sync)
 
 _PR_SET_DUMPABLE = 4
 
@@ -156,7 +157,7 @@ def with_output_buffers(problem: Any, sets: list[InputSet]) -> None:
         s.outputs = [torch.full_like(e, float("nan")) for e in layouts[key]]
 
 
-def _poison(problem: Any, s: InputSet) -> None:
+def _poison(s: InputSet) -> None:
     """Before the runner calls on s: an output that is never written reads as NaN."""
     for o in s.outputs:
         o.fill_(float("nan"))
@@ -221,7 +222,7 @@ class SplitEvaluation:
 
     def _call(self, tag: str, sets: list[InputSet], i: int) -> None:
         self.beat()
-        _poison(self.problem, sets[i])
+        _poison(sets[i])
         sync(self.device)
         self.runner.ask({"op": "run", "tag": tag, "sets": [i], "timed": False})
 
@@ -232,14 +233,8 @@ class SplitEvaluation:
         for i, s in enumerate(sets):
             before = snapshot(s.args)
             self._call("check", sets, i)
-            cmp = check_outputs(p, s, s.outputs)
-            if not cmp.ok:
-                label = f"input set {i}" if i < self.n_checks else f"variant shape {i - self.n_checks}"
-                raise Rejected(cmp.reason, f"{label}: {cmp.detail}")  # type: ignore[arg-type]
-            if not unchanged(s.args, before):
-                raise Rejected(Reason.INPUT_MUTATED, f"input set {i}: the candidate modified its inputs")
-            if not p.guards_intact(s):
-                raise Rejected(Reason.OUT_OF_BOUNDS_WRITE, f"input set {i}: memory next to the output changed")
+            label = f"input set {i}" if i < self.n_checks else f"variant shape {i - self.n_checks}"
+            cmp = check_correctness_call(p, s, s.outputs, before, label)
             worst_abs, worst_rel = max(worst_abs, cmp.max_abs_err), max(worst_rel, cmp.rel_norm_err)
         s0 = sets[0]
         first = [o.clone() for o in s0.outputs]
@@ -272,14 +267,16 @@ class SplitEvaluation:
         gen = torch.Generator(device=device).manual_seed(self.seed + 7000)
         unused: list[int] = []
 
-        def next_set() -> int:
-            if not unused:
+        def take(count: int) -> list[int]:
+            """`count` distinct sets no call has seen since their last refresh (the whole pool is
+            refreshed first when fewer are left, so no window sees one set twice)."""
+            if len(unused) < count:
                 for s in self.pool:
                     p.refresh(s, dist, gen)
-                    _poison(p, s)
+                    _poison(s)
                 sync(device)
-                unused.extend(range(n))
-            return unused.pop(rng.randrange(len(unused)))
+                unused[:] = range(n)
+            return [unused.pop(rng.randrange(len(unused))) for _ in range(count)]
 
         def prepare(i: int) -> None:
             self.beat()
@@ -295,10 +292,10 @@ class SplitEvaluation:
             if queued:
                 pending = [clock.enqueue(base, i)[0] for i in sets]
                 sync(device)
-                ms = [a.elapsed_time(b) for a, b in pending]
+                times = [a.elapsed_time(b) for a, b in pending]
             else:
-                ms = [clock.measure(base, i)[0] for i in sets]
-            return ms, time.monotonic() - t0
+                times = [clock.measure(base, i)[0] for i in sets]
+            return times, time.monotonic() - t0
 
         def candidate_window(sets: list[int]) -> tuple[list[float], float]:
             self.beat()
@@ -307,12 +304,12 @@ class SplitEvaluation:
             reply = self.runner.ask({"op": "run", "tag": "pool", "sets": sets, "timed": True})
             wall = time.monotonic() - t0
             self.runner.stop()
-            ms = reply.get("ms")
-            if (not isinstance(ms, list) or len(ms) != len(sets)
-                    or not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in ms)):
-                raise Rejected(Reason.TIMER_PATCHED, f"the runner reported {len(ms) if isinstance(ms, list) else ms!r} "
-                                                     f"times for {len(sets)} calls")
-            return [float(x) for x in ms], wall
+            times = reply.get("ms")
+            if (not isinstance(times, list) or len(times) != len(sets)
+                    or not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in times)):
+                what = len(times) if isinstance(times, list) else repr(times)
+                raise Rejected(Reason.TIMER_PATCHED, f"the runner reported {what} times for {len(sets)} calls")
+            return [float(x) for x in times], wall
 
         # Warm-up on both sides (not recorded), the runner's first so it is stopped during the judge's.
         warm = [(w + 1) % n for w in range(tc.warmup)]
@@ -328,22 +325,21 @@ class SplitEvaluation:
         while len(ms["candidate"]) < tc.samples:
             for side in rng.sample(["candidate", self.baseline], k=2):
                 done = len(ms[side])
-                count = min(tc.window_calls, tc.samples - done)
+                count = min(tc.window_calls, n, tc.samples - done)
                 if count <= 0:
                     continue
-                sets = [next_set() for _ in range(count)]
+                sets = take(count)
+                checked: dict[int, list[Any]] = {}   # set -> its inputs; reference fixed before the call
+                if side == "candidate":
+                    for i in (sets[k - done] for k in range(done, done + count) if k in checks):
+                        p.reference(self.pool[i])
+                        checked[i] = snapshot(self.pool[i].args)
                 times, wall = candidate_window(sets) if side == "candidate" else baseline_window(sets)
                 ms[side].extend(times)
                 walls[side].append((wall * 1e3, sum(times), count))
-                if side != "candidate":
-                    continue
-                for k in range(done, done + count):
-                    if k in checks:
-                        i = sets[k - done]
-                        cmp = check_outputs(p, self.pool[i], self.pool[i].outputs)
-                        if not cmp.ok:
-                            raise Rejected(Reason.STALE_OUTPUT, f"a timed call's output was wrong: {cmp.detail}")
-                        rechecked += 1
+                for i, before in checked.items():
+                    recheck_call(p, self.pool[i], self.pool[i].outputs, before)
+                    rechecked += 1
             if len(ms["candidate"]) >= 30 and time.monotonic() > deadline:
                 break
         clock_figures = check_clock(walls["candidate"], walls[self.baseline], tc)
@@ -351,21 +347,22 @@ class SplitEvaluation:
                                   "sm_clock_mhz": sm_clock_mhz() if queued else None, "clock_check": clock_figures,
                                   "order_seed": self.order_seed, "boundary": "split"}
         if queued:
-            result["guard_gap_ms"] = self._guard_gaps(clock, base, next_set)
+            result["guard_gap_ms"] = self._guard_gaps(clock, base, take)
         return result
 
-    def _guard_gaps(self, clock: IntervalClock, base: Side, next_set: Callable[[], int]) -> dict[str, float]:
+    def _guard_gaps(self, clock: IntervalClock, base: Side, take: Callable[[int], list[int]]) -> dict[str, float]:
         k = self.cfg.timing.sync_guard_samples
         self.runner.resume()
-        pairs = [[next_set(), next_set()] for _ in range(k)]
+        pairs = [take(2) for _ in range(k)]
         gaps = self.runner.ask({"op": "guard", "tag": "pool", "pairs": pairs})["gaps"]
         self.runner.stop()
         if not isinstance(gaps, list) or not all(isinstance(g, (int, float)) and math.isfinite(g) for g in gaps):
             raise Rejected(Reason.TIMER_PATCHED, "the runner's sync-guard report is not a list of times")
         own = []
         for _ in range(k):
-            guarded, _ = clock.measure(base, next_set(), guard=True)
-            plain, _ = clock.measure(base, next_set())
+            a, b = take(2)
+            guarded, _ = clock.measure(base, a, guard=True)
+            plain, _ = clock.measure(base, b)
             own.append(guarded - plain)
         return {"candidate": statistics.median(gaps) if gaps else 0.0, self.baseline: statistics.median(own)}
 

@@ -211,6 +211,7 @@ def interleaved(
     recheck_calls: int = 3,
     seed: int = 0,
     refresh: Callable[[int], None] | None = None,
+    before_recheck: Callable[[int], None] | None = None,
 ) -> Samples:
     """Warm up, then take cfg.samples interleaved samples of every side.
 
@@ -219,7 +220,9 @@ def interleaved(
     buffers come next), and the pool is refreshed as a whole when none is left: a value-keyed
     output cache or a "skip if the inputs did not change" kernel never sees an input twice.
     `recheck(i, out)` is called (outside the timed region) for `recheck_calls` randomly chosen timed calls of `recheck_side`: a candidate that caches, skips or defers work on
-    some calls is caught because it cannot know which calls are checked.
+    some calls is caught because it cannot know which calls are checked.  `before_recheck(i)` runs
+    before such a call (outside the timed region): it fixes the reference and the inputs as they
+    were, so a call that rewrites its inputs (zeros in, zeros out) cannot pass the check.
     """
     rng = random.Random(seed)
     clock = IntervalClock(device, cfg, flusher, rng)
@@ -267,6 +270,8 @@ def interleaved(
             # candidate cannot predict which buffers come next.
             i = next_set()
             checked = recheck is not None and name == recheck_side and k in checks
+            if checked and before_recheck is not None:
+                before_recheck(i)
             if queued:
                 interval, out = clock.enqueue(sides[name], i)
                 pending.append((name, i, interval))

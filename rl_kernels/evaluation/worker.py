@@ -141,6 +141,29 @@ def check_outputs(problem: Any, s: InputSet, outs: list[Any]) -> Comparison:
     return compare_values(outs, problem.reference(s), problem.tolerance())
 
 
+def check_correctness_call(problem: Any, s: InputSet, outs: list[Any], inputs_before: list[Any],
+                           label: str) -> Comparison:
+    """One correctness-phase call: outputs against the reference, inputs unchanged, guards intact."""
+    cmp = check_outputs(problem, s, outs)
+    if not cmp.ok:
+        raise Rejected(cmp.reason, f"{label}: {cmp.detail}")  # type: ignore[arg-type]
+    if not unchanged(s.args, inputs_before):
+        raise Rejected(Reason.INPUT_MUTATED, f"{label}: the candidate modified its inputs")
+    if not problem.guards_intact(s):
+        raise Rejected(Reason.OUT_OF_BOUNDS_WRITE, f"{label}: memory next to the output changed")
+    return cmp
+
+
+def recheck_call(problem: Any, s: InputSet, outs: list[Any], inputs_before: list[Any]) -> None:
+    """A re-checked timed call: its inputs as they were before it, its outputs against the reference
+    computed from those inputs (both taken before the call)."""
+    if not unchanged(s.args, inputs_before):
+        raise Rejected(Reason.INPUT_MUTATED, "a timed call modified its inputs")
+    cmp = check_outputs(problem, s, outs)
+    if not cmp.ok:
+        raise Rejected(Reason.STALE_OUTPUT, f"a timed call's output was wrong: {cmp.detail}")
+
+
 def _no_beat() -> None:
     """The heartbeat of callers without a watchdog (benchmarks timing trusted code)."""
 
@@ -158,14 +181,8 @@ def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int,
         problem.prepare(s)
         outs = problem.call_candidate(s)
         sync(device)
-        cmp = check_outputs(problem, s, outs)
-        if not cmp.ok:
-            label = f"input set {i}" if i < len(sets) else f"variant shape {i - len(sets)}"
-            raise Rejected(cmp.reason, f"{label}: {cmp.detail}")  # type: ignore[arg-type]
-        if not unchanged(s.args, before):
-            raise Rejected(Reason.INPUT_MUTATED, f"input set {i}: the candidate modified its inputs")
-        if not problem.guards_intact(s):
-            raise Rejected(Reason.OUT_OF_BOUNDS_WRITE, f"input set {i}: memory next to the output changed")
+        label = f"input set {i}" if i < len(sets) else f"variant shape {i - len(sets)}"
+        cmp = check_correctness_call(problem, s, outs, before, label)
         worst_abs, worst_rel = max(worst_abs, cmp.max_abs_err), max(worst_rel, cmp.rel_norm_err)
         if first is None:
             first = (s, [o.detach().clone() for o in outs])
@@ -235,16 +252,21 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
     for name in names:
         sides[name] = Side(run=lambda i, name=name: problem.call_baseline(name, pool[i]), prepare=prepare)
 
+    inputs_before: dict[int, list[Any]] = {}
+
+    def before_recheck(i: int) -> None:
+        problem.reference(pool[i])          # computed (and kept) from the inputs before the call
+        inputs_before[i] = snapshot(pool[i].args)
+
     def recheck(i: int, outs: Any) -> None:
-        cmp = check_outputs(problem, pool[i], list(outs))
-        if not cmp.ok:
-            raise Rejected(Reason.STALE_OUTPUT, f"a timed call's output was wrong: {cmp.detail}")
+        recheck_call(problem, pool[i], list(outs), inputs_before.pop(i))
 
     flusher = Flusher(device, 2 * cache_bytes(device, cfg))
     samples = interleaved(sides, n, cfg.timing, device, flusher,
                           recheck_side="candidate" if candidate else None,
                           recheck=recheck if candidate else None,
-                          recheck_calls=cfg.correctness.recheck_timed_calls, seed=seed, refresh=refresh)
+                          recheck_calls=cfg.correctness.recheck_timed_calls, seed=seed, refresh=refresh,
+                          before_recheck=before_recheck if candidate else None)
     return {"samples_ms": samples.ms, "guard_gap_ms": samples.guard_gap_ms, "pool_sets": n,
             "rechecked": samples.rechecked, "sm_clock_mhz": samples.sm_clock_mhz}
 

@@ -69,6 +69,17 @@ def test_cuda_l2_modes_on_cpu(mode: str, cpu_config: EvalConfig) -> None:
     assert m.candidate_ms > 0 and m.baseline_ms > 0
 
 
+def test_a_kernel_that_needs_more_of_torch_than_the_shim_builds_against_torch(cpu_config: EvalConfig) -> None:
+    """c10/util/irange.h is not in the fast shim: the build falls back to torch's own headers, says
+    so, and the kernel is evaluated like any other (its artifact links libtorch)."""
+    source = (Path(__file__).resolve().parents[1] / "candidates" / "honest" / "hgemm_cpu_torch_headers.cpp").read_text()
+    m = Evaluator(cpu_config).evaluate(get_task(TASK), source)
+    assert m.correct and m.rejected is None, m.detail[-800:]
+    assert m.extra["build_path"] == "torch"
+    shim = Evaluator(cpu_config).evaluate(get_task(TASK), _honest())
+    assert shim.extra["build_path"] == "shim"
+
+
 def test_a_measurement_that_never_settles_is_reported_and_earns_no_speedup(cpu_config: EvalConfig) -> None:
     """Spread above the backend's limit: re-measured in a new process, still above: reported with both
     spreads, correct, and rewarded as a correct kernel without a speedup term."""

@@ -144,6 +144,26 @@ def test_compile_error_returns_log_and_is_cached(tmp_path: Path) -> None:
     assert again.cached and again.reason == "compile_error" and again.log == build.log
 
 
+def test_an_ordinary_compile_error_stays_on_the_shim() -> None:
+    """Only a torch header or symbol the shim lacks sends a build to torch's own headers."""
+    from rl_kernels.evaluation.build import _SHIM_TOO_SMALL
+
+    needs_torch = [
+        "candidate.cu:3:10: fatal error: c10/cuda/CUDAGuard.h: No such file or directory",
+        "candidate.cpp:9:3: error: 'irange' is not a member of 'c10'",
+        "candidate.cpp:9:3: error: 'at::parallel_for' has not been declared",
+        'candidate.cu(12): error: namespace "c10::cuda" has no member "CUDAGuard"',
+        "rlk_entry.cpp:(.text+0x1a): undefined reference to `at::Tensor::contiguous() const'",
+    ]
+    own_fault = [
+        "candidate.cpp:4:1: error: 'this_symbol_does_not_exist' was not declared in this scope",
+        "candidate.cpp:7:12: error: expected ';' before '}' token",
+        "candidate.cpp:2:10: fatal error: mylib.h: No such file or directory",
+    ]
+    assert all(_SHIM_TOO_SMALL.search(line) for line in needs_torch)
+    assert not any(_SHIM_TOO_SMALL.search(line) for line in own_fault)
+
+
 def test_log_is_truncated_to_the_configured_size(tmp_path: Path) -> None:
     build = build_candidate(TASK, (SRC / "compile_error.cpp").read_text(), "cpu", _cfg(tmp_path, log_max_chars=300))
     assert len(build.log) < 400 and "characters cut" in build.log
@@ -248,3 +268,18 @@ def test_native_library_builds_and_loads(tmp_path: Path) -> None:
 def test_native_library_rejects_path_names(tmp_path: Path) -> None:
     build = build_native_library("bad", {"../x.cpp": "int x;"}, "cpu", _cfg(tmp_path))
     assert not build.ok and build.reason == "malformed"
+
+
+@needs_nvcc
+def test_a_cutlass_kernel_without_the_cutlass_wheel_says_what_to_install(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import rl_kernels.evaluation.build as build_module
+
+    monkeypatch.setattr(build_module, "cutlass_include_dirs", lambda: [])
+    source = ("#include <cutlass/cutlass.h>\n#include <torch/extension.h>\n"
+              "__global__ void k(float* c) { c[0] = 1.0f; }\n"
+              "void gemm(torch::Tensor a, torch::Tensor b, torch::Tensor b_col_major, torch::Tensor c) {\n"
+              "  k<<<1, 1>>>(reinterpret_cast<float*>(c.data_ptr()));\n}\n")
+    build = build_candidate(TASK, source, "cuda", _cfg(tmp_path, cuda_archs=["sm_90a"]))
+    assert not build.ok and build.reason == "compile_error"
+    assert build.log.startswith(build_module.CUTLASS_MISSING) and build.path == "shim"

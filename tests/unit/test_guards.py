@@ -427,3 +427,15 @@ def test_link_flags() -> None:
     assert static_check(MODULE_TASK, blas, "cpu").reason is Reason.NO_CUSTOM_KERNEL
     other = base.replace('extra_ldflags=["-fopenmp"]', 'extra_ldflags=["-lmylib"]')
     assert static_check(MODULE_TASK, other, "cpu").reason is Reason.FORBIDDEN_FLAG
+
+
+def test_a_wrong_entry_signature_is_named_in_the_refusal() -> None:
+    from rl_kernels.evaluation.guards import static_check
+    from rl_kernels.tasks import get_task
+
+    three = "#include <torch/extension.h>\nvoid gemm(torch::Tensor a, torch::Tensor b, torch::Tensor c) { }\n"
+    verdict = static_check(get_task("hgemm/fp32/128_128_128"), three, "cpu")
+    assert verdict.reason == "malformed"
+    assert "`gemm` returns void and takes 3 tensor(s)" in verdict.detail and "b_col_major" in verdict.detail
+    prose = static_check(get_task("hgemm/fp32/128_128_128"), "hello world\n", "cpu")
+    assert prose.reason == "malformed" and "no function taking torch::Tensor" in prose.detail

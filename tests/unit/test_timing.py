@@ -70,3 +70,24 @@ def test_no_timed_call_sees_values_an_earlier_call_saw() -> None:
     assert runs == 2 * cfg.samples
     bursts = [j for j in range(len(timed)) if timed[j][0] == "refresh" and (j == 0 or timed[j - 1][0] == "run")]
     assert len(bursts) == -(-runs // pool)                          # one burst per pool's worth of calls
+
+
+def test_a_rechecked_call_is_prepared_before_it_runs_and_checked_after() -> None:
+    """`before_recheck(i)` (reference and inputs fixed) comes right before the checked call on set i,
+    `recheck(i, out)` right after it, for exactly `recheck_calls` calls of the checked side."""
+    cfg = TimingConfig(samples=30, warmup=1)
+    events: list[tuple[str, str, int]] = []
+
+    def side(name: str) -> Side:
+        def run(i: int) -> int:
+            events.append(("run", name, i))
+            return i
+        return Side(run)
+
+    interleaved({"cand": side("cand"), "base": side("base")}, 8, cfg, "cpu", None, recheck_side="cand",
+                recheck=lambda i, out: events.append(("check", "cand", i)), recheck_calls=3, seed=5,
+                before_recheck=lambda i: events.append(("before", "cand", i)))
+    befores = [j for j, e in enumerate(events) if e[0] == "before"]
+    assert len(befores) == 3
+    for j in befores:
+        assert events[j + 1] == ("run", "cand", events[j][2]) and events[j + 2] == ("check", "cand", events[j][2])
