@@ -170,8 +170,9 @@ class TimingConfig(_Strict):
         "split boundary: calls per side per window (queued back to back, one sync); sides alternate "
         "by window in random order: larger keeps the GPU's load steadier, smaller interleaves finer"))
     clock_gap_factor: float = Field(3.0, ge=1.0, description=(
-        "split boundary: a runner window may leave this many times the baseline's per-call time "
-        "unexplained by its events (plus clock_gap_ms and one baseline call) before `timer_patched`; "
+        "split boundary: per call, a runner window may leave this many times the baseline's unexplained "
+        "time unexplained by its events (plus clock_gap_ms, one baseline call and twice the judge-timed "
+        "output copy) before `timer_patched`; "
         "lower catches smaller clock forgeries, higher spares host-heavy honest candidates"))
     clock_gap_ms: float = Field(0.5, ge=0.0, description=(
         "split boundary: fixed per-call slack (ms) of that check, for messages and output copies"))
@@ -201,7 +202,7 @@ class RewardConfig(_Strict):
     noise_sigmas: float = Field(3.0, ge=0)
     speedup_ceiling: float = Field(10.0, gt=1)
     remeasure_attempts: int = Field(1, ge=0)
-    max_spread: dict[str, float] = Field(default_factory=lambda: {"cuda": 0.15, "cpu": 0.5}, description=(
+    max_spread: dict[str, float] = Field(default_factory=lambda: {"cuda": 0.15, "cpu": 1.0}, description=(
         "Per backend: an evaluation whose candidate or baseline samples spread (IQR/median) more than "
         "this is re-measured (remeasure_attempts times); still above, it is `unstable_measurement` and "
         "earns the correct-kernel reward without a speedup term. Lower demands steadier timers (more "

@@ -43,7 +43,7 @@ from rl_kernels.evaluation.correctness import compare_values, snapshot
 from rl_kernels.evaluation.inputs import DISTRIBUTIONS
 from rl_kernels.evaluation.problems import InputSet
 from rl_kernels.evaluation.reasons import Reason, Rejected
-from rl_kernels.evaluation.shared import SharedSets, share
+from rl_kernels.evaluation.shared import SharedSets, replicate, share
 from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, median, sm_clock_mhz
 from rl_kernels.evaluation.worker import (cache_bytes, check_correctness_call, check_outputs, pool_size,
                                           recheck_call, sync)
@@ -171,21 +171,24 @@ def _export(runner: RunnerProcess, tag: str, shared_sets: SharedSets) -> None:
 Window = tuple[float, float, int]   # (judge's wall ms, sum of the reported call ms, calls)
 
 
-def check_clock(candidate: list[Window], baseline: list[Window], cfg: TimingConfig) -> dict[str, float]:
+def check_clock(candidate: list[Window], baseline: list[Window], cfg: TimingConfig,
+                copy_ms: float = 0.0) -> dict[str, float]:
     """The judge's wall clock against the runner's fine clock.
 
     Per call, the part of the windows that the reported times leave unexplained (launches,
-    flushes, output copies, messages) is compared with the same quantity for the baseline, which the
-    judge timed itself with the same harness.  A runner that reports less than its calls took
-    leaves the difference unexplained; beyond `clock_gap_factor` times the baseline's share plus
-    `clock_gap_ms` plus one baseline call it is `timer_patched`.
+    flushes, messages) is compared with the same quantity for the baseline, which the judge timed
+    itself with the same harness; the runner also copies each call's outputs into the judge's
+    buffers, which the judge timed itself too (`copy_ms`, counted twice for noise).  A runner that
+    reports less than its calls took leaves the difference unexplained; beyond `clock_gap_factor`
+    times the baseline's share plus `clock_gap_ms`, one baseline call and the copies it is
+    `timer_patched`.
     """
     def unexplained(rows: list[Window]) -> float:
         return sum(w - t for w, t, _ in rows) / max(sum(c for _, _, c in rows), 1)
 
     u_c, u_b = unexplained(candidate), unexplained(baseline)
     base_ms = median([t / c for _, t, c in baseline]) if baseline else 0.0
-    allowed = cfg.clock_gap_factor * max(u_b, 0.0) + cfg.clock_gap_ms + base_ms
+    allowed = cfg.clock_gap_factor * max(u_b, 0.0) + cfg.clock_gap_ms + base_ms + 2 * copy_ms
     if u_c > allowed:
         raise Rejected(Reason.TIMER_PATCHED, (
             f"the runner's clock explains too little of its windows: {u_c:.3f} ms per call unexplained by its "
@@ -214,11 +217,13 @@ class SplitEvaluation:
         self.check_sets = checks + p.variant_sets(self.seed + 2000)
         with_output_buffers(p, self.check_sets)
         _export(self.runner, "check", share(self.check_sets, self.device))
-        n = pool_size(p, self.device, cfg)
-        dist = cfg.timing.input_distribution
-        self.pool = [p.make_set(dist, self.seed + 5000 + i) for i in range(n)]
-        with_output_buffers(p, self.pool)
-        _export(self.runner, "pool", share(self.pool, self.device))
+        # The timing pool: copies of one set (the timing loop gives every set fresh values before
+        # its first timed call, so the copies never serve a measured call with equal values).
+        template = p.make_set(cfg.timing.input_distribution, self.seed + 5000)
+        with_output_buffers(p, [template])
+        pool = replicate(template, pool_size(p, self.device, cfg), self.device)
+        self.pool = pool.sets
+        _export(self.runner, "pool", pool)
 
     def _call(self, tag: str, sets: list[InputSet], i: int) -> None:
         self.beat()
@@ -342,13 +347,29 @@ class SplitEvaluation:
                     rechecked += 1
             if len(ms["candidate"]) >= 30 and time.monotonic() > deadline:
                 break
-        clock_figures = check_clock(walls["candidate"], walls[self.baseline], tc)
+        clock_figures = check_clock(walls["candidate"], walls[self.baseline], tc, self._output_copy_ms())
         result: dict[str, Any] = {"samples_ms": ms, "pool_sets": n, "rechecked": rechecked,
                                   "sm_clock_mhz": sm_clock_mhz() if queued else None, "clock_check": clock_figures,
                                   "order_seed": self.order_seed, "boundary": "split"}
         if queued:
             result["guard_gap_ms"] = self._guard_gaps(clock, base, take)
         return result
+
+    def _output_copy_ms(self) -> float:
+        """What copying one call's outputs costs (the runner does it after every module call)."""
+        if self.problem.kind != "module":
+            return 0.0
+        outs = self.pool[0].outputs
+        scratch = [torch.empty_like(o) for o in outs]
+        times = []
+        for _ in range(3):
+            sync(self.device)
+            t0 = time.perf_counter()
+            for dst, src in zip(scratch, outs):
+                dst.copy_(src)
+            sync(self.device)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
 
     def _guard_gaps(self, clock: IntervalClock, base: Side, take: Callable[[int], list[int]]) -> dict[str, float]:
         k = self.cfg.timing.sync_guard_samples

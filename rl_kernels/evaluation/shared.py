@@ -49,8 +49,12 @@ def _view(storage: torch.UntypedStorage, offset: int, shape: list[int], stride: 
 
 
 class _Exporter:
-    def __init__(self, device: str):
+    """Collects the storages of the sets it is given, each once; with `copy`, into new memory (cuda
+    storages are otherwise shared where they are; cpu ones always move into a memfd)."""
+
+    def __init__(self, device: str, copy: bool = False):
         self.device = device
+        self.copy = copy
         self.storages: list[Any] = []
         self.fds: list[int] = []
         self.keep: list[Any] = []
@@ -64,7 +68,10 @@ class _Exporter:
             return self.by_ptr[key]
         if t.is_cuda:
             new = old
-            self.storages.append({"cuda": old._share_cuda_()})
+            if self.copy:
+                new = torch.empty(old.nbytes(), dtype=torch.uint8, device=t.device).untyped_storage()
+                new.copy_(old)
+            self.storages.append({"cuda": new._share_cuda_()})
         else:
             nbytes = max(old.nbytes(), 1)
             fd = os.memfd_create("rl-kernels-set", os.MFD_CLOEXEC)
@@ -105,6 +112,24 @@ def share(sets: list[InputSet], device: str) -> SharedSets:
         described.append({"args": args, "outputs": outs})
     if device.startswith("cuda"):
         torch.cuda.synchronize()   # the runner's context must see every value written so far
+    return SharedSets(sets, {"storages": ex.storages, "sets": described}, ex.fds, ex.keep)
+
+
+def replicate(template: InputSet, copies: int, device: str) -> SharedSets:
+    """`copies` sets laid out exactly like `template` (views, guard regions and their fill included)
+    in fresh shared memory, each a byte copy of it: a pool without drawing every set from scratch
+    (the caller refreshes the values before they are used)."""
+    ex = _Exporter(device, copy=True)
+    sets, described = [], []
+    for _ in range(copies):
+        ex.by_ptr = {}   # a new storage for every copy
+        args, d_args = ex.tensors(template.args)
+        outs, d_outs = ex.tensors(template.outputs)
+        guards, _ = ex.tensors(template.guards)
+        sets.append(InputSet(args, outs, guards))
+        described.append({"args": d_args, "outputs": d_outs})
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
     return SharedSets(sets, {"storages": ex.storages, "sets": described}, ex.fds, ex.keep)
 
 
