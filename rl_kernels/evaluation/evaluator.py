@@ -9,8 +9,8 @@ speedup is rewarded (same process, same device, same session).
 from __future__ import annotations
 
 import hashlib
-import math
 import json
+import math
 import secrets
 import statistics
 import time

@@ -39,14 +39,15 @@ import torch
 
 from rl_kernels.config import EvalConfig, TimingConfig
 from rl_kernels.evaluation.channel import ChannelClosed, recv_report, send_order
-from rl_kernels.evaluation.correctness import compare_values, snapshot
+from rl_kernels.evaluation.correctness import snapshot
 from rl_kernels.evaluation.inputs import DISTRIBUTIONS
 from rl_kernels.evaluation.problems import InputSet
 from rl_kernels.evaluation.reasons import Reason, Rejected
+from rl_kernels.evaluation.sandbox import killed_by
 from rl_kernels.evaluation.shared import SharedSets, replicate, share
 from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, median, sm_clock_mhz
-from rl_kernels.evaluation.worker import (cache_bytes, check_correctness_call, check_outputs, pool_size,
-                                          recheck_call, sync)
+from rl_kernels.evaluation.worker import (cache_bytes, check_correctness_call, check_fresh_values,
+                                          check_repeatable, pool_size, recheck_call, refuse_torch_compute, sync)
 
 _PR_SET_DUMPABLE = 4
 
@@ -107,14 +108,8 @@ class RunnerProcess:
         if rc is None:
             os.kill(self.pid, signal.SIGKILL)
             rc = self._wait(5.0)
-        if rc == -signal.SIGSYS:
-            return Rejected(Reason.SANDBOX_VIOLATION, (
-                "the runner was killed by the seccomp filter: a forbidden system call (fork/exec, ptrace, "
-                "a network socket, a SIGSEGV/SIGBUS handler, mount or namespace calls)"))
-        if rc == -signal.SIGKILL:
-            return Rejected(Reason.OUT_OF_MEMORY, "the runner was killed by SIGKILL (memory limit?)")
         if rc is not None and rc < 0:
-            return Rejected(Reason.CRASH, f"the runner died of {signal.Signals(-rc).name}")
+            return Rejected(*killed_by(-rc, "the runner"))
         return Rejected(Reason.CRASH, f"the runner ended (exit code {rc}) without answering: {why}")
 
     def stop(self) -> None:
@@ -244,24 +239,16 @@ class SplitEvaluation:
         s0 = sets[0]
         first = [o.clone() for o in s0.outputs]
         self._call("check", sets, 0)
-        for a, b in zip(first, s0.outputs):
-            same = (a == b) | (torch.isnan(a) & torch.isnan(b))
-            if not bool(same.all()) and not compare_values(list(s0.outputs), first, p.tolerance()).ok:
-                raise Rejected(Reason.NONDETERMINISTIC, "two runs on the same inputs differ beyond tolerance")
+        check_repeatable(p, first, list(s0.outputs))
         # Same buffers, new values: an output cache keyed on pointers answers with the old result.
         p.refresh(s0, "uniform", torch.Generator(device=self.device).manual_seed(self.seed + 4000))
         self._call("check", sets, 0)
-        cmp = check_outputs(p, s0, s0.outputs)
-        if not cmp.ok:
-            raise Rejected(Reason.STALE_OUTPUT, f"same buffers with new values gave a wrong result: {cmp.detail}")
+        check_fresh_values(p, s0, list(s0.outputs))
         return {"max_abs_err": worst_abs, "rel_norm_err": worst_rel}
 
     def audit_torch_ops(self) -> None:
         ops = self.runner.ask({"op": "audit", "tag": "check", "set": 1})["ops"]
-        allowed = set(self.cfg.correctness.allowed_torch_ops)
-        compute = sorted(str(op) for op in ops if op not in allowed)
-        if compute:
-            raise Rejected(Reason.TORCH_FALLBACK, f"torch ops did the work: {', '.join(compute[:8])}")
+        refuse_torch_compute({str(op) for op in ops}, self.cfg)
 
     def timing(self) -> dict[str, Any]:
         """Windows of candidate calls (in the runner) and of baseline calls (here), in random order."""

@@ -207,9 +207,7 @@ class ModuleProblem:
         return self.baselines[name](s)
 
     def prepare(self, s: InputSet) -> None:
-        """Fill recycled allocator memory with NaN so an output that is never written reads as NaN."""
-        if self.device.startswith("cuda"):
-            torch.empty(max(self.set_bytes // 4, 1 << 20), device=self.device).fill_(float("nan"))
+        poison_allocator(self.device, self.set_bytes)
 
     def reference(self, s: InputSet) -> list[torch.Tensor]:
         if s.reference is None:
@@ -233,6 +231,13 @@ class ModuleProblem:
 
     def flops(self) -> float:
         return 0.0
+
+
+def poison_allocator(device: str, nbytes: int) -> None:
+    """Fill recycled allocator memory with NaN (cuda; at least 4 MiB) so that an output a candidate
+    allocates and never writes reads as NaN."""
+    if device.startswith("cuda"):
+        torch.empty(max(nbytes // 4, 1 << 20), device=device).fill_(float("nan"))
 
 
 def instantiate_model_new(source: str, load_inline: Callable[..., Any], init_inputs: list[Any], seed: int,

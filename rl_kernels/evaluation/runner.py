@@ -25,10 +25,11 @@ from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation import confine, sandbox_policy
 from rl_kernels.evaluation.channel import ChannelClosed, recv_order, send_report
 from rl_kernels.evaluation.correctness import as_output_list, check_structure
+from rl_kernels.evaluation.problems import poison_allocator
 from rl_kernels.evaluation.reasons import Reason, Rejected
 from rl_kernels.evaluation.shared import MappedSet, attach
 from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, device_sync
-from rl_kernels.evaluation.worker import (cache_bytes, check_identities, check_torch_threads,
+from rl_kernels.evaluation.worker import (cache_bytes, dispatched_ops, check_identities, check_torch_threads,
                                           classify_error, setup_device, task_from_json, timer_identities,
                                           unpack_candidate)
 
@@ -95,9 +96,8 @@ class Runner:
         """What the in-process protocol does before every call: poison what the output may land in."""
         if self.task.kind == "hgemm":
             s.outputs[0].fill_(float("nan"))
-        elif self.device == "cuda":
-            nbytes = sum(o.numel() * o.element_size() for o in s.outputs)
-            torch.empty(max(nbytes // 4, 1 << 20), device=self.device).fill_(float("nan"))
+        else:
+            poison_allocator(self.device, sum(o.numel() * o.element_size() for o in s.outputs))
 
     def _deliver(self, s: MappedSet, outs: list[Any]) -> None:
         """Module outputs go into the judge's buffers (hgemm candidates wrote there already)."""
@@ -158,20 +158,11 @@ class Runner:
 
     def audit(self, order: dict[str, Any]) -> dict[str, Any]:
         """The ATen ops one call dispatches (the judge decides which are compute)."""
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        assert self.call is not None
-        seen: set[str] = set()
-
-        class Recorder(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-                seen.add(func.overloadpacket.__name__)
-                return func(*args, **(kwargs or {}))
-
-        with Recorder():
-            self.call(self.sets[order["tag"]][order["set"]])
+        call, s = self.call, self.sets[order["tag"]][order["set"]]
+        assert call is not None
+        ops = dispatched_ops(lambda: call(s))
         self._sync()
-        return {"ops": sorted(seen)}
+        return {"ops": sorted(ops)}
 
     def _integrity(self) -> None:
         """Before timing and at the end: the timing functions and torch's thread count as they were."""

@@ -57,16 +57,21 @@ class SandboxResult:
         if self.payload is None:
             rc = self.returncode
             if rc is not None and rc < 0:
-                sig = signal.Signals(-rc).name
-                if -rc == signal.SIGKILL:
-                    return Reason.OUT_OF_MEMORY, f"killed by {sig} in phase {self.last_phase} (memory limit?)"
-                if -rc == signal.SIGSYS:
-                    return Reason.SANDBOX_VIOLATION, (
-                        f"killed by the seccomp filter in phase {self.last_phase}: a forbidden system call "
-                        "(fork/exec, ptrace, a network socket, a SIGSEGV/SIGBUS handler, mount or namespace calls)")
-                return Reason.CRASH, f"{sig} in phase {self.last_phase}: {self.stderr_tail[-500:]}"
+                reason, detail = killed_by(-rc, f"the worker (phase {self.last_phase})")
+                return reason, detail if reason != Reason.CRASH else f"{detail}: {self.stderr_tail[-500:]}"
             return Reason.CRASH, f"exit code {rc} without a result in phase {self.last_phase}: {self.stderr_tail[-800:]}"
         return None
+
+
+def killed_by(sig: int, who: str) -> tuple[Reason, str]:
+    """Why a confined process (`who`) that a signal killed produced no result."""
+    if sig == signal.SIGSYS:
+        return Reason.SANDBOX_VIOLATION, (
+            f"{who} was killed by the seccomp filter: a forbidden system call (fork/exec, ptrace, a network "
+            "socket, a SIGSEGV/SIGBUS handler, mount or namespace calls)")
+    if sig == signal.SIGKILL:
+        return Reason.OUT_OF_MEMORY, f"{who} was killed by SIGKILL (memory limit?)"
+    return Reason.CRASH, f"{who} died of {signal.Signals(sig).name}"
 
 
 _PR_SET_PDEATHSIG = 1

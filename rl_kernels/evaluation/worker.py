@@ -191,28 +191,35 @@ def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int,
     problem.prepare(s0)
     again = problem.call_candidate(s0)
     sync(device)
-    for a, b in zip(outs0, again):
-        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
-        if not bool(same.all()):
-            cmp = compare_values(list(again), outs0, problem.tolerance())
-            if not cmp.ok:
-                raise Rejected(Reason.NONDETERMINISTIC, "two runs on the same inputs differ beyond tolerance")
+    check_repeatable(problem, outs0, list(again))
     # Same buffers, new values: an output cache keyed on pointers answers with the old result.
     problem.refresh(s0, "uniform", torch.Generator(device=device).manual_seed(seed + 4000))
     problem.prepare(s0)
     reused = problem.call_candidate(s0)
     sync(device)
-    cmp = check_outputs(problem, s0, list(reused))
-    if not cmp.ok:
-        raise Rejected(Reason.STALE_OUTPUT, f"same buffers with new values gave a wrong result: {cmp.detail}")
+    check_fresh_values(problem, s0, list(reused))
     return {"max_abs_err": worst_abs, "rel_norm_err": worst_rel}
 
 
-def audit_torch_ops(problem: Any, cfg: EvalConfig, device: str, seed: int) -> None:
-    """Run one call under a dispatch mode and reject ATen compute ops (a torch fallback)."""
+def check_repeatable(problem: Any, first: list[torch.Tensor], again: list[torch.Tensor]) -> None:
+    """Two runs on the same inputs: bitwise equal (NaNs where NaNs were), or within tolerance."""
+    for a, b in zip(first, again):
+        same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+        if not bool(same.all()) and not compare_values(again, first, problem.tolerance()).ok:
+            raise Rejected(Reason.NONDETERMINISTIC, "two runs on the same inputs differ beyond tolerance")
+
+
+def check_fresh_values(problem: Any, s: InputSet, outs: list[Any]) -> None:
+    """The call after `s` got new values in the same buffers: a pointer-keyed output cache fails here."""
+    cmp = check_outputs(problem, s, outs)
+    if not cmp.ok:
+        raise Rejected(Reason.STALE_OUTPUT, f"same buffers with new values gave a wrong result: {cmp.detail}")
+
+
+def dispatched_ops(call: Callable[[], Any]) -> set[str]:
+    """The ATen operators `call()` dispatches (recorded under a Python dispatch mode)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    allowed = set(cfg.correctness.allowed_torch_ops)
     seen: set[str] = set()
 
     class Recorder(TorchDispatchMode):
@@ -220,13 +227,24 @@ def audit_torch_ops(problem: Any, cfg: EvalConfig, device: str, seed: int) -> No
             seen.add(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
 
-    s = problem.make_set("normal", seed + 3000)
     with Recorder():
-        problem.call_candidate(s)
-    sync(device)
-    compute = sorted(op for op in seen if op not in allowed)
+        call()
+    return seen
+
+
+def refuse_torch_compute(ops: set[str], cfg: EvalConfig) -> None:
+    """ATen compute among the dispatched ops means torch did the work (a torch fallback)."""
+    compute = sorted(op for op in ops if op not in set(cfg.correctness.allowed_torch_ops))
     if compute:
         raise Rejected(Reason.TORCH_FALLBACK, f"torch ops did the work: {', '.join(compute[:8])}")
+
+
+def audit_torch_ops(problem: Any, cfg: EvalConfig, device: str, seed: int) -> None:
+    """Run one call under a dispatch mode and reject ATen compute ops (a torch fallback)."""
+    s = problem.make_set("normal", seed + 3000)
+    ops = dispatched_ops(lambda: problem.call_candidate(s))
+    sync(device)
+    refuse_torch_compute(ops, cfg)
 
 
 def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str | None,
