@@ -9,10 +9,12 @@ speedup is rewarded (same process, same device, same session).
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import math
 import secrets
 import statistics
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any, Callable
 
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation import confine, sandbox
+from rl_kernels.evaluation.compile_cache import KeptCompile
 from rl_kernels.evaluation.build import build_candidate, runnable_arch
 from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
 from rl_kernels.evaluation.guards import static_check
@@ -67,6 +70,18 @@ class Evaluator:
         digest = hashlib.sha256(key.encode()).hexdigest()[:24]
         return self.cache_dir / "baselines" / f"{digest}.json"
 
+    def _kept_compile(self, task: Task, baselines: list[str]) -> KeptCompile | None:
+        """Where this task's compiled `compile` baseline is kept and compiled (None when no job of it
+        compiles); the work dir is one per device, so inductor's absolute paths stay valid."""
+        if "compile" not in baselines or not self.cfg.baselines.keep_compiled:
+            return None
+        torch_version = importlib.metadata.version("torch")
+        key = f"{task.id}|{_task_digest(task)}|{self.device.key}|{self.cfg.backend}|{torch_version}"
+        store = self.cache_dir / "compiled-baselines" / hashlib.sha256(key.encode()).hexdigest()[:24]
+        root = Path(self.cfg.sandbox.scratch_root or tempfile.gettempdir())
+        device = hashlib.sha256(self.device.key.encode()).hexdigest()[:12]
+        return KeptCompile(store=store, workdir=root.resolve() / f"rlk-compile-{device}")
+
     def baselines(self, task: Task) -> dict[str, Any]:
         """Median time of every baseline for this task on this device and mode (cached with a TTL)."""
         path = self._baseline_cache_path(task)
@@ -77,9 +92,10 @@ class Evaluator:
         job = {"job": "baselines", "task": task_to_json(task), "backend": self.cfg.backend,
                "config": self.cfg.model_dump(mode="json"), "baselines": self.baseline_names(task),
                "seed": self._seed(), **self._native_baselines(task)}
+        kept = self._kept_compile(task, job["baselines"])
         with device_lock(self.device, self.cfg):
             res = sandbox.run_job(job, None, "", self.cfg.backend, self.cfg.sandbox, self._threads(),
-                                  self._readable(job), self._hidden())
+                                  self._readable(job), self._hidden(), kept)
         failure = res.failure()
         if failure is not None or not res.payload or not res.payload.get("ok"):
             detail = failure[1] if failure else (res.payload or {}).get("detail", "")
@@ -231,10 +247,11 @@ class Evaluator:
                "config": self.cfg.model_dump(mode="json"), "baseline": baseline,
                "candidate_source": source, "seed": seed, "watchdog_s": self._watchdog_s(m.baselines_ms[baseline]),
                **self._native_baselines(task)}
+        kept = self._kept_compile(task, [baseline])
         with device_lock(self.device, self.cfg):
             res = sandbox.run_job(job, build.artifact, build.artifact_name, self.cfg.backend,
                                   self.cfg.sandbox, self._threads(), self._readable(job),
-                                  self._hidden())
+                                  self._hidden(), kept)
         failure = res.failure()
         if failure is not None:
             self._reject(m, failure[0], failure[1])
@@ -261,6 +278,8 @@ class Evaluator:
         m.sm_clock_mhz = p.get("sm_clock_mhz")
         m.extra.update(pool_sets=p.get("pool_sets"), rechecked=p.get("rechecked"),
                        boundary=p.get("boundary", "shared"))
+        if p.get("baseline_compile") is not None:
+            m.extra["baseline_compile"] = p["baseline_compile"]
         if p.get("clock_check"):
             m.extra.update(clock_check=p["clock_check"], order_seed=p.get("order_seed"))
         gaps = p.get("guard_gap_ms") or {}

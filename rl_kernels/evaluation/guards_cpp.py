@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import bisect
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from typing import Literal
 
@@ -59,7 +61,6 @@ NATIVE_BANNED: dict[Reason, tuple[str, ...]] = {
         r"\b(?:py|pybind11)::(?:module_?::import|eval|exec|eval_file|globals)\b",
         r"\b(?:cudaGetDriverEntryPoint|cuGetProcAddress)\w*",
         r"__attribute__\s*\(\(\s*constructor",
-        r"##",  # token pasting: builds identifiers the scan could not see
     ),
     Reason.SIDE_STREAM: (
         r"\bcudaStreamCreate\w*",
@@ -351,11 +352,55 @@ def _is_const_object(decl: str) -> bool:
     return re.search(r"\bconst\b", decl.rpartition("*")[2]) is not None
 
 
+# Directives dropped before the candidate's own macros are expanded: no file is read (#include,
+# #embed), every #if branch is kept (all of them are scanned), nothing stops the expansion (#error).
+_NOT_EXPANDED = re.compile(r"^[ \t]*#[ \t]*(?:include|include_next|import|embed|if|ifdef|ifndef|elif|elifdef|"
+                           r"elifndef|else|endif|error|warning|line)\b[^\n]*$", re.MULTILINE)
+_PASTE_TIMEOUT_S = 10.0
+_PASTE_MAX_CHARS = 8 << 20
+
+
+def expand_own_macros(code: str) -> str | None:
+    """The source with its own macros expanded by the host's C preprocessor, every `#if` branch kept
+    and no header read: identifiers built by token pasting (`a##b`) become visible to the scans.
+    None when no preprocessor is installed or it refuses the text (the caller then refuses the
+    pasting itself).  Macros of headers stay unexpanded; what they could build is left to the
+    dynamic checks, like any other indirection."""
+    compiler = shutil.which("cpp") or shutil.which("c++") or shutil.which("g++")
+    if compiler is None:
+        return None
+    text = _NOT_EXPANDED.sub("", code.replace("\\\n", " "))
+    argv = [compiler] + ([] if compiler.endswith("cpp") else ["-E"]) + ["-P", "-w", "-nostdinc", "-x", "c++", "-"]
+    try:
+        res = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=_PASTE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if res.returncode != 0 or len(res.stdout) > _PASTE_MAX_CHARS:
+        return None
+    return res.stdout
+
+
+def _scan_pasted(code: str, blanked: str, lines: _Lines, where: str, allow_torch_ops: bool) -> list[Finding]:
+    """Token pasting is scanned after expansion (the banned constructs it builds), or refused when
+    it cannot be expanded here."""
+    first = blanked.find("##")
+    if first < 0:
+        return []
+    expanded = expand_own_macros(code)
+    if expanded is None:
+        return [Finding(Reason.DYNAMIC_CODE, "##", lines(first), where,
+                        "token pasting that the preprocessor could not expand here (it builds identifiers the scan cannot see)")]
+    text, _ = blank_literals(expanded)
+    return [Finding(f.reason, f.token, lines(first), where, f"{f.why} (built by a macro)")
+            for f in _scan_banned(text, _Lines(text), where, allow_torch_ops)]
+
+
 def check_native(code: str, where: str, allow_torch_ops: bool) -> list[Finding]:
     """All banned-construct findings in one C++/CUDA source (no kernel-existence requirement)."""
     blanked, literals = blank_literals(code)
     lines = _Lines(code)
     return (_scan_banned(blanked, lines, where, allow_torch_ops)
+            + _scan_pasted(code, blanked, lines, where, allow_torch_ops)
             + _scan_raw(code, literals, lines, where)
             + _scan_persistent_state(blanked, lines, where))
 

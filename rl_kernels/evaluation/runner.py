@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation import confine, sandbox_policy
+from rl_kernels.evaluation import compile_cache, confine, sandbox_policy
 from rl_kernels.evaluation.channel import ChannelClosed, recv_order, send_report
 from rl_kernels.evaluation.correctness import as_output_list, check_structure
 from rl_kernels.evaluation.problems import poison_allocator
@@ -68,7 +68,7 @@ class Runner:
         self.clock = IntervalClock(self.device, self.cfg.timing, flusher, random.Random(0))
         target = unpack_candidate(self.job, self.scratch)
         libs = [target] if target.is_file() else sorted(target.rglob("*.so"))
-        self.violations = sandbox_policy.install(self.scratch, libs)
+        self.violations = sandbox_policy.install(self.scratch, libs, compile_cache.env_dirs())
         confine.forbid_process_creation()
         if self.task.kind == "hgemm":
             from rl_kernels.evaluation.artifact import load_hgemm_entry
@@ -224,6 +224,7 @@ def serve(sock: socket.socket, scratch: Path) -> None:
             if any(not math.isfinite(x) for x in reply.get("ms", [])):
                 raise RuntimeError("a CUDA event returned a non-finite time")
         except Exception as exc:  # noqa: BLE001 - candidate code may raise anything; the judge gets a reason
+            traceback.print_exc()
             reply = failure(exc, runner)
         send_report(sock, reply)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_kernels.config import SandboxConfig
-from rl_kernels.evaluation import confine
+from rl_kernels.evaluation import compile_cache, confine
 from rl_kernels.evaluation.reasons import Reason
 
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
@@ -91,12 +91,15 @@ def _limits(memory_mb: int, backend: str) -> Any:
     return apply
 
 
-def environment(scratch: Path, threads: int | None) -> dict[str, str]:
-    """The whole environment of a confined step: nothing of the caller's but what the step needs."""
+def environment(scratch: Path, threads: int | None, compile_dir: Path | None = None) -> dict[str, str]:
+    """The whole environment of a confined step: nothing of the caller's but what the step needs
+    (torch.compile's caches under `compile_dir`, by default the scratch dir)."""
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+    inductor, triton = compile_cache.CACHE_DIRS
+    compile_dir = compile_dir or scratch
     env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1",
-               PYTHONHASHSEED="0", TORCHINDUCTOR_CACHE_DIR=str(scratch / "inductor"),
-               TRITON_CACHE_DIR=str(scratch / "triton"))
+               PYTHONHASHSEED="0", TORCHINDUCTOR_CACHE_DIR=str(compile_dir / inductor),
+               TRITON_CACHE_DIR=str(compile_dir / triton))
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     # torch.compile (a baseline) compiles in this process instead of a pool of worker processes
@@ -144,27 +147,33 @@ def _wait(proc: subprocess.Popen, progress: _Progress, timeout_s: float, watchdo
 
 
 def worker_command(cmd: list[str], scratch: Path, readable: list[str], cfg: SandboxConfig,
-                   hidden: list[str] = ()) -> list[str]:
-    """`cmd` as it runs under the configured isolation (the scratch dir its only writable place;
-    `hidden` are places beyond the fixed secret ones that it must not see, e.g. the build cache)."""
+                   hidden: list[str] = (), writable: list[str] = ()) -> list[str]:
+    """`cmd` as it runs under the configured isolation (the scratch dir and `writable` its only
+    writable places; `hidden` are places beyond the fixed secret ones that it must not see, e.g. the
+    build cache)."""
     if cfg.isolation == "process":
         return cmd
-    conf = confine.Confinement(readable=[*confine.python_paths(), *readable], writable=[str(scratch)],
-                               hide=confine.hidden_places(list(hidden)))
+    conf = confine.Confinement(readable=[*confine.python_paths(), *readable],
+                               writable=[str(scratch), *writable], hide=confine.hidden_places(list(hidden)))
     return confine.confined_argv(cmd, conf)
 
 
 def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, backend: str,
             cfg: SandboxConfig, threads: int | None = None, readable: list[str] = (),
-            hidden: list[str] = ()) -> SandboxResult:
+            hidden: list[str] = (), kept: compile_cache.KeptCompile | None = None) -> SandboxResult:
     """Runs `job` in a fresh worker; `readable` are host paths it may read besides Python and torch,
-    `hidden` places it must not see (under namespaces)."""
+    `hidden` places it must not see (under namespaces), `kept` the task's kept compile caches (seeded
+    into their work dir, and given what the worker listed there before candidate code ran)."""
     scratch = Path(tempfile.mkdtemp(prefix="rlk-eval-", dir=cfg.scratch_root)).resolve()
     try:
+        extra: dict[str, Any] = {}
+        if kept is not None:
+            compile_cache.seed(kept.store, kept.workdir)
+            extra["compiled_dir"] = str(kept.workdir)
         (scratch / "in").mkdir()
         if artifact is not None:
             (scratch / "in" / artifact_name).write_bytes(artifact)
-        job = dict(job, artifact_name=artifact_name)
+        job = dict(job, artifact_name=artifact_name, **extra)
         job_path = scratch / "job.json"
         job_path.write_text(json.dumps(job))
         read_fd, write_fd = os.pipe()
@@ -175,8 +184,10 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
         with open(stderr_path, "wb") as err:
             cmd = [sys.executable, "-m", "rl_kernels.evaluation.worker", str(job_path), str(write_fd)]
             proc = subprocess.Popen(
-                worker_command(cmd, scratch, list(readable), cfg, list(hidden)),
-                cwd=scratch, env=environment(scratch, threads), stdin=subprocess.DEVNULL,
+                worker_command(cmd, scratch, list(readable), cfg, list(hidden),
+                               [str(kept.workdir)] if kept else []),
+                cwd=scratch, env=environment(scratch, threads, kept.workdir if kept else None),
+                stdin=subprocess.DEVNULL,
                 stdout=err, stderr=err, pass_fds=(write_fd,), start_new_session=True,
                 preexec_fn=_limits(cfg.memory_limit_mb, backend),
             )
@@ -189,6 +200,8 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
         reader.join(timeout=5)
         seconds = time.monotonic() - t0
         payload, phase = _parse(progress.lines)
+        if kept is not None:
+            compile_cache.harvest(kept.store, kept.workdir, _compiled_listing(progress.lines))
         tail = stderr_path.read_text(errors="replace")[-4000:]
         if proc.returncode == confine.STAGE_FAILED and phase == "start" and payload is None:
             raise confine.ConfinementError(f"the sandbox could not be set up: {tail.strip()[-600:]}")
@@ -197,6 +210,8 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
     finally:
         if not cfg.keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+        if kept is not None:
+            shutil.rmtree(kept.workdir, ignore_errors=True)
 
 
 def _kill_group(pgid: int) -> bool:
@@ -214,6 +229,21 @@ def _kill_group(pgid: int) -> bool:
     except ProcessLookupError:
         pass
     return leftover
+
+
+def _compiled_listing(lines: list[str]) -> dict[str, str]:
+    """The worker's listing of its compile caches, taken only from before the candidate was loaded
+    (a line after that could come from candidate code)."""
+    for line in lines:
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if msg.get("phase") == "load":
+            return {}
+        if isinstance(msg.get("compiled"), dict):
+            return {str(k): str(v) for k, v in msg["compiled"].items()}
+    return {}
 
 
 def _parse(lines: list[str]) -> tuple[dict[str, Any] | None, str]:

@@ -44,15 +44,20 @@ def _inside(path: object, root: Path) -> bool:
     return p == root or root in p.parents
 
 
+def _inside_any(path: object, roots: list[Path]) -> bool:
+    return any(_inside(path, root) for root in roots)
+
+
 def _is_write(mode: object, flags: object) -> bool:
     if isinstance(mode, str) and any(ch in mode for ch in "wax+"):
         return True
     return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
 
 
-def install(scratch: Path, allowed_libs: list[Path]) -> Violations:
-    """Install the hook.  Writes are allowed only under `scratch`; dlopen only of `allowed_libs`."""
-    root = scratch.resolve()
+def install(scratch: Path, allowed_libs: list[Path], also_writable: list[Path] = ()) -> Violations:
+    """Install the hook.  Writes are allowed only under `scratch` and `also_writable` (torch's own
+    compile caches, which torch touches lazily); dlopen only of `allowed_libs`."""
+    roots = [scratch.resolve(), *(p.resolve() for p in also_writable)]
     libs = {p.resolve() for p in allowed_libs}
     found = Violations()
 
@@ -66,10 +71,10 @@ def install(scratch: Path, allowed_libs: list[Path]) -> Violations:
         if event in _TRACE_EVENTS:
             found.add("monkeypatch", event)
             raise PermissionError(f"sandbox: {event} is not allowed")
-        if event == "open" and len(args) >= 3 and _is_write(args[1], args[2]) and not _inside(args[0], root):
+        if event == "open" and len(args) >= 3 and _is_write(args[1], args[2]) and not _inside_any(args[0], roots):
             found.add("file_access", f"write to {args[0]!r}")
             raise PermissionError(f"sandbox: writing {args[0]!r} outside the scratch dir")
-        if event in _FS_EVENTS and args and not _inside(args[0], root):
+        if event in _FS_EVENTS and args and not _inside_any(args[0], roots):
             found.add("file_access", f"{event} {args[0]!r}")
             raise PermissionError(f"sandbox: {event} outside the scratch dir")
         if event == "ctypes.dlopen" and args and args[0] is not None:

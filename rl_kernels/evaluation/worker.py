@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation import confine, sandbox_policy
+from rl_kernels.evaluation import compile_cache, confine, sandbox_policy
 from rl_kernels.evaluation.correctness import Comparison, check_structure, compare_values, snapshot, unchanged
 from rl_kernels.evaluation.inputs import DISTRIBUTIONS
 from rl_kernels.evaluation.problems import HgemmProblem, InputSet, ModuleProblem
@@ -70,6 +70,13 @@ class Reporter:
         if now - self._last_beat >= self.BEAT_EVERY_S:
             self._last_beat = now
             self.out.write('{"beat": 1}\n')
+
+    def compiled(self, job: dict[str, Any]) -> None:
+        """Lists the kept compile caches (path -> sha256) while only the judge's code has run: the
+        evaluator keeps exactly these bytes for the next evaluation of the task."""
+        if job.get("compiled_dir"):
+            listed = compile_cache.manifest(Path(job["compiled_dir"]))
+            self.out.write(json.dumps({"compiled": listed}) + "\n")
 
     def final(self, payload: dict[str, Any]) -> None:
         payload["final"] = True
@@ -328,6 +335,14 @@ def load_candidate(problem: Any, job: dict[str, Any], target: Path) -> None:
         problem.load_candidate(job["candidate_source"], prebuilt_load_inline(target))
 
 
+def compile_cache_counters() -> dict[str, int]:
+    """Inductor's FX-graph cache hits and misses in this process: whether the baseline was loaded
+    from the kept compile caches or compiled afresh."""
+    from torch._dynamo.utils import counters
+
+    return {k: int(v) for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
+
+
 def run_job(job: dict[str, Any], scratch: Path, report: Reporter) -> dict[str, Any]:
     cfg = EvalConfig.model_validate(job["config"])
     report.phase("setup")
@@ -370,12 +385,16 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
         result["baseline_errors"] = errors
         if problem.baselines:
             result.update(timing(problem, cfg, device, seed, None, candidate=False))
+        report.compiled(job)
         return result
 
     # Warm the baseline (and torch.compile) before any candidate code exists in this process.
     warm = problem.make_set("normal", seed)
     problem.call_baseline(job["baseline"], warm)
     sync(device)
+    if job["baseline"] == "compile":
+        result["baseline_compile"] = compile_cache_counters()
+    report.compiled(job)
     if runner is not None:
         from rl_kernels.evaluation.judge import run_split
 
@@ -387,7 +406,7 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
     report.phase("load")
     target = unpack_candidate(job, scratch)
     libs = [target] if target.is_file() else sorted(target.rglob("*.so"))
-    violations = sandbox_policy.install(scratch, libs)
+    violations = sandbox_policy.install(scratch, libs, compile_cache.env_dirs())
     report.violations = violations
     confine.forbid_process_creation()   # from here on, fork/exec/ptrace/... kill the process
     load_candidate(problem, job, target)
@@ -420,6 +439,7 @@ def main() -> int:
     except Rejected as exc:
         report.final({"ok": False, "reason": exc.reason.value, "detail": exc.detail})
     except Exception as exc:  # noqa: BLE001 - the one boundary where arbitrary candidate code may raise anything
+        traceback.print_exc()   # the whole trace in the worker's stderr (the parent keeps its tail)
         reason = classify_error(exc)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
         if report.violations is not None and report.violations.items:

@@ -80,3 +80,35 @@ def test_host_heavy_launches_stay_outside_the_timed_interval(margin: float, cuda
         assert ms < 0.1, f"host launch time leaked into the interval: {ms:.3f} ms"
     else:
         assert ms > 0.3, f"control: a fixed cover should let the 0.5 ms host launch leak in ({ms:.3f} ms)"
+
+
+def test_a_compiled_baseline_is_kept_between_evaluations(tmp_path: Path, cuda_config: EvalConfig) -> None:
+    """The baseline measurement compiles torch.compile's baseline and keeps it; the evaluation
+    after it loads it (inductor's FX-graph cache hits, no miss) and takes less time than one that
+    compiles afresh."""
+    task = get_task("builtin/softmax")
+    got = {}
+    for keep in (True, False):
+        cfg = cuda_config.model_copy(update={
+            "build": cuda_config.build.model_copy(update={"cache_dir": tmp_path / str(keep)}),
+            "baselines": cuda_config.baselines.model_copy(update={"module": ["compile"], "keep_compiled": keep})})
+        ev = Evaluator(cfg)
+        build = ev.build(task, task.seeds["cuda"])      # built and measured first: only the evaluation is timed
+        ev.best_baseline(task)
+        got[keep] = ev.evaluate(task, task.seeds["cuda"], build)
+        assert got[keep].correct, got[keep].detail
+    kept, fresh = got[True].extra["baseline_compile"], got[False].extra["baseline_compile"]
+    assert kept.get("fxgraph_cache_hit", 0) > 0 and kept.get("fxgraph_cache_miss", 0) == 0, kept
+    assert fresh.get("fxgraph_cache_miss", 0) > 0, fresh
+    assert any(p.is_file() for p in (tmp_path / "True" / "compiled-baselines").rglob("*"))
+    assert not (tmp_path / "False" / "compiled-baselines").exists()
+    assert got[True].eval_seconds < got[False].eval_seconds, (got[True].eval_seconds, got[False].eval_seconds)
+
+
+def test_a_kernel_with_a_cuda_guard_builds_against_torch(cuda_config: EvalConfig) -> None:
+    """c10/cuda/CUDAGuard.h is not in the shim: the build falls back to torch's headers and the
+    kernel is evaluated like any other."""
+    m = Evaluator(cuda_config).evaluate(get_task("hgemm/fp32/512_512_512"),
+                                        (CANDIDATES / "honest" / "hgemm_cuda_guard.cu").read_text())
+    assert m.rejected is None, m.detail[-1500:]
+    assert m.correct and m.extra["build_path"] == "torch"

@@ -166,9 +166,24 @@ def test_native_banned_constructs(body: str, reason: Reason) -> None:
     assert verdict.reason is reason, verdict.detail
 
 
-def test_token_pasting_is_rejected() -> None:
-    source = "#define CAT(a, b) a##b\n" + _KERNEL.replace("BODY", "cudaStream_t s; CAT(cudaStream, Create)(&s);")
-    assert static_check(HGEMM_TASK, source, "cuda").reason is Reason.DYNAMIC_CODE
+@pytest.mark.parametrize("body, reason", [
+    ("cudaStream_t s; CAT(cudaStream, Create)(&s);", Reason.SIDE_STREAM),
+    ("#if 0\n  CAT(sys, tem)(\"true\");\n#endif", Reason.PROCESS_SPAWN),      # every #if branch is scanned
+    ("#define OPEN \\\n  CAT(po, pen)\n  OPEN(\"true\", \"r\");", Reason.PROCESS_SPAWN),
+    ("CAT(cub, lasCreate)(nullptr);", Reason.NO_CUSTOM_KERNEL),
+    ("int CAT(tile_, 128) = 0; using T = cute::Shape<cute::CAT(_, 64)>;", None),  # CUTLASS-style pasting
+])
+def test_token_pasting_is_scanned_after_expansion(body: str, reason: Reason | None) -> None:
+    source = "#define CAT(a, b) a##b\n" + _KERNEL.replace("BODY", body)
+    verdict = static_check(HGEMM_TASK, source, "cuda")
+    assert verdict.reason is reason, verdict.detail
+
+
+def test_token_pasting_without_a_preprocessor_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "")
+    source = "#define CAT(a, b) a##b\n" + _KERNEL.replace("BODY", "int CAT(tile_, 128) = 0;")
+    verdict = static_check(HGEMM_TASK, source, "cuda")
+    assert verdict.reason is Reason.DYNAMIC_CODE and "could not expand" in verdict.detail
 
 
 def test_legit_statics_pass() -> None:
