@@ -113,6 +113,29 @@ def spin_cycles_per_ms() -> float:
     return cycles / max(start.elapsed_time(end), 1e-6)
 
 
+@dataclass
+class LaunchBook:
+    """One side's host launches, as the launch cover sees them."""
+
+    recent: deque[float]                      # its last host launch times (ms)
+    last: tuple[float, float] | None = None   # (spin ms, host ms) of its previous call
+    growth_followed: int = 0                  # times its host time grew with the spin before it
+
+    @property
+    def waits_for_the_device(self) -> bool:
+        """Its calls synchronise with the device: their host time includes the spin queued before
+        them, so a longer spin only makes them longer (seen twice, so one host spike is not enough)."""
+        return self.growth_followed >= 2
+
+    def add(self, spin_ms: float, host_ms: float) -> None:
+        if self.last is not None:
+            (spin0, host0), (spin1, host1) = self.last, (spin_ms, host_ms)
+            if spin1 > 1.5 * spin0 and host1 - host0 > 0.5 * (spin1 - spin0):
+                self.growth_followed += 1
+        self.last = (spin_ms, host_ms)
+        self.recent.append(host_ms)
+
+
 class IntervalClock:
     """Measures one call under the configured mode on the configured device.
 
@@ -122,7 +145,10 @@ class IntervalClock:
     the host (torch.compile's guards and wrappers: tens of microseconds, with spikes) gets a longer
     spin: `launch_cover_margin` times the slowest of that side's last `RECENT_LAUNCHES` host launches
     (so the first call's lazy initialisation ages out during warm-up), never less than
-    `launch_cover_cycles`.
+    `launch_cover_cycles`.  A side whose calls synchronise with the device (a CUTLASS entry point
+    ending in cudaDeviceSynchronize) waits for the spin itself, so its host time follows the spin up
+    to `launch_cover_max_cycles`; once its host time is seen growing with the spin it keeps the
+    fixed `launch_cover_cycles` (its host work before the launch is on the critical path anyway).
     """
 
     RECENT_LAUNCHES = 8
@@ -133,16 +159,21 @@ class IntervalClock:
         self.flusher = flusher
         self.rng = rng
         self.perf_counter = time.perf_counter
-        self.host_launch_ms: dict[int, deque[float]] = {}   # per side (by id): its recent host launches
+        self.launches: dict[int, LaunchBook] = {}   # per side (by id)
         if self.cuda:
             self.event = _EVENT
             self.sync = _SYNCHRONIZE
             self.cycles_per_ms = spin_cycles_per_ms() if cfg.launch_cover_margin > 0 else 0.0
 
+    def book(self, side: Side) -> LaunchBook:
+        return self.launches.setdefault(id(side), LaunchBook(deque(maxlen=self.RECENT_LAUNCHES)))
+
     def cover_cycles(self, side: Side) -> int:
         """The spin for the next call of `side` (adapted to its host launch cost)."""
-        recent = self.host_launch_ms.get(id(side))
-        adaptive = int(self.cfg.launch_cover_margin * max(recent or [0.0]) * self.cycles_per_ms)
+        book = self.book(side)
+        if book.waits_for_the_device:
+            return self.cfg.launch_cover_cycles
+        adaptive = int(self.cfg.launch_cover_margin * max(book.recent or [0.0]) * self.cycles_per_ms)
         return max(self.cfg.launch_cover_cycles, min(adaptive, self.cfg.launch_cover_max_cycles))
 
     def enqueue(self, side: Side, i: int, *, guard: bool = False) -> tuple[Any, Any]:
@@ -165,8 +196,8 @@ class IntervalClock:
         t0 = self.perf_counter()
         start.record()
         out = side.run(i)
-        self.host_launch_ms.setdefault(id(side), deque(maxlen=self.RECENT_LAUNCHES)).append(
-            (self.perf_counter() - t0) * 1e3)
+        spin_ms = cover / self.cycles_per_ms if self.cycles_per_ms else 0.0
+        self.book(side).add(spin_ms, (self.perf_counter() - t0) * 1e3)
         if guard:
             self.sync()
         end.record()

@@ -82,6 +82,31 @@ def test_host_heavy_launches_stay_outside_the_timed_interval(margin: float, cuda
         assert ms > 0.3, f"control: a fixed cover should let the 0.5 ms host launch leak in ({ms:.3f} ms)"
 
 
+def test_a_synchronising_call_does_not_grow_the_launch_cover(cuda_config: EvalConfig) -> None:
+    """A call that ends in a device-wide synchronize (as CUTLASS entry points often do) waits for
+    the spin queued before it: the cover must stay at its floor instead of growing to its cap."""
+    import random
+
+    from rl_kernels.evaluation.timing import IntervalClock, Side
+
+    x = torch.randn(1 << 20, device="cuda")
+
+    def run(i: int) -> torch.Tensor:
+        y = torch.relu(x)
+        torch.cuda.synchronize()
+        return y
+
+    clock = IntervalClock("cuda", cuda_config.timing, None, random.Random(0))
+    side = Side(run=run)
+    pending = [clock.enqueue(side, 0)[0] for _ in range(40)]
+    torch.cuda.synchronize()
+    assert clock.book(side).waits_for_the_device
+    assert clock.cover_cycles(side) == cuda_config.timing.launch_cover_cycles
+    assert max(host for host in clock.book(side).recent) < 1.0, list(clock.book(side).recent)
+    ms = sorted(a.elapsed_time(b) for a, b in pending[10:])[len(pending[10:]) // 2]
+    assert ms < 0.5, ms
+
+
 def test_a_compiled_baseline_is_kept_between_evaluations(tmp_path: Path, cuda_config: EvalConfig) -> None:
     """The baseline measurement compiles torch.compile's baseline and keeps it; the evaluation
     after it loads it (inductor's FX-graph cache hits, no miss) and takes less time than one that

@@ -34,8 +34,9 @@ def prebuilt(cpu_config: EvalConfig) -> None:
     """Every candidate of this module built first, two at a time (the compile pool's job): the
     evaluations below then hit the build cache, and the torch-extension builds share the 2 cores.
 
-    The honest candidates go first: their extra flags need a precompiled torch header of their own,
-    which then builds beside the hacks' one instead of after it.  Candidates for degenerate tasks
+    The honest candidates go first: their `-O3` (the built-in seeds' flags) needs a precompiled
+    torch header of its own, which then builds beside the hacks' one instead of after it, and the
+    rollout and training tests later reuse it.  Candidates for degenerate tasks
     are left out: the evaluator rejects the task before any build.
     """
     items = [(_task(e, CANDIDATES / kind), (CANDIDATES / kind / e["file"]).read_text())

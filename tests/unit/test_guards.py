@@ -438,9 +438,9 @@ def test_extract_native_sources() -> None:
 
 def test_link_flags() -> None:
     base = (HONEST / "relu_cpu.py").read_text()
-    blas = base.replace('extra_ldflags=["-fopenmp"]', 'extra_ldflags=["-lcublas"]')
+    blas = base.replace('extra_cflags=["-O3"],', 'extra_cflags=["-O3"], extra_ldflags=["-lcublas"],')
     assert static_check(MODULE_TASK, blas, "cpu").reason is Reason.NO_CUSTOM_KERNEL
-    other = base.replace('extra_ldflags=["-fopenmp"]', 'extra_ldflags=["-lmylib"]')
+    other = base.replace('extra_cflags=["-O3"],', 'extra_cflags=["-O3"], extra_ldflags=["-lmylib"],')
     assert static_check(MODULE_TASK, other, "cpu").reason is Reason.FORBIDDEN_FLAG
 
 

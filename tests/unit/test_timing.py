@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import pytest
 
 from rl_kernels.config import TimingConfig
-from rl_kernels.evaluation.timing import Flusher, Side, interleaved, rel_spread
+from rl_kernels.evaluation.timing import Flusher, LaunchBook, Side, interleaved, rel_spread
 
 
 def test_rel_spread() -> None:
@@ -91,3 +92,24 @@ def test_a_rechecked_call_is_prepared_before_it_runs_and_checked_after() -> None
     assert len(befores) == 3
     for j in befores:
         assert events[j + 1] == ("run", "cand", events[j][2]) and events[j + 2] == ("check", "cand", events[j][2])
+
+
+def _feed(book: LaunchBook, calls: list[tuple[float, float]]) -> LaunchBook:
+    for spin_ms, host_ms in calls:
+        book.add(spin_ms, host_ms)
+    return book
+
+
+def test_a_side_whose_host_time_follows_the_spin_waits_for_the_device() -> None:
+    # A synchronising call: host time = the spin it waited for + 0.2 ms of its own work.
+    spins = [0.1, 0.6, 1.6, 3.6]
+    book = _feed(LaunchBook(deque(maxlen=8)), [(s, s + 0.2) for s in spins])
+    assert book.waits_for_the_device
+
+
+def test_a_host_heavy_launch_is_not_mistaken_for_a_synchronising_one() -> None:
+    # 0.5 ms on the host whatever the spin (torch.compile's guards), with one spike.
+    calls = [(0.1, 0.5), (1.0, 0.5), (1.0, 0.9), (1.8, 1.6), (3.2, 0.5), (3.2, 0.5)]
+    book = _feed(LaunchBook(deque(maxlen=8)), calls)
+    assert not book.waits_for_the_device
+    assert list(book.recent) == [h for _, h in calls]

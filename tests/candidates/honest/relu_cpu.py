@@ -13,7 +13,6 @@ torch::Tensor relu_forward(torch::Tensor x) {
   const float* in = xc.data_ptr<float>();
   float* o = out.data_ptr<float>();
   const int64_t n = xc.numel();
-#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float v = in[i];
     o[i] = v > 0.0f ? v : 0.0f;
@@ -26,8 +25,7 @@ relu_ext = load_inline(
     name="honest_relu_cpu",
     cpp_sources=cpp_source,
     functions=["relu_forward"],
-    extra_cflags=["-O3", "-fopenmp"],
-    extra_ldflags=["-fopenmp"],
+    extra_cflags=["-O3"],
 )
 
 
