@@ -33,6 +33,10 @@ from rl_kernels.evaluation.timing import median, rel_spread
 from rl_kernels.types import Build, Measurement, Task
 
 
+# The installed torch, part of a kept compile's key (read once: the evaluator itself never imports torch).
+_TORCH_VERSION = importlib.metadata.version("torch")
+
+
 def task_to_json(task: Task) -> dict[str, Any]:
     return {"id": task.id, "kind": task.kind, "source": task.source,
             "hgemm": asdict(task.hgemm) if task.hgemm else None, "allow_torch_ops": task.allow_torch_ops}
@@ -75,8 +79,7 @@ class Evaluator:
         compiles); the work dir is one per device, so inductor's absolute paths stay valid."""
         if "compile" not in baselines or not self.cfg.baselines.keep_compiled:
             return None
-        torch_version = importlib.metadata.version("torch")
-        key = f"{task.id}|{_task_digest(task)}|{self.device.key}|{self.cfg.backend}|{torch_version}"
+        key = f"{task.id}|{_task_digest(task)}|{self.device.key}|{self.cfg.backend}|{_TORCH_VERSION}"
         store = self.cache_dir / "compiled-baselines" / hashlib.sha256(key.encode()).hexdigest()[:24]
         root = Path(self.cfg.sandbox.scratch_root or tempfile.gettempdir())
         device = hashlib.sha256(self.device.key.encode()).hexdigest()[:12]

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation import compile_cache, confine, sandbox_policy
+from rl_kernels.evaluation import sandbox_policy
 from rl_kernels.evaluation.channel import ChannelClosed, recv_order, send_report
 from rl_kernels.evaluation.correctness import as_output_list, check_structure
 from rl_kernels.evaluation.problems import poison_allocator
@@ -30,8 +30,8 @@ from rl_kernels.evaluation.reasons import Reason, Rejected
 from rl_kernels.evaluation.shared import MappedSet, attach
 from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, device_sync
 from rl_kernels.evaluation.worker import (cache_bytes, dispatched_ops, check_identities, check_torch_threads,
-                                          classify_error, setup_device, task_from_json, timer_identities,
-                                          unpack_candidate)
+                                          classify_error, lock_down, setup_device, task_from_json,
+                                          timer_identities, unpack_candidate)
 
 
 class Runner:
@@ -67,9 +67,7 @@ class Runner:
         flusher = Flusher(self.device, 2 * cache_bytes(self.device, self.cfg))
         self.clock = IntervalClock(self.device, self.cfg.timing, flusher, random.Random(0))
         target = unpack_candidate(self.job, self.scratch)
-        libs = [target] if target.is_file() else sorted(target.rglob("*.so"))
-        self.violations = sandbox_policy.install(self.scratch, libs, compile_cache.env_dirs())
-        confine.forbid_process_creation()
+        self.violations = lock_down(self.scratch, target)
         if self.task.kind == "hgemm":
             from rl_kernels.evaluation.artifact import load_hgemm_entry
 

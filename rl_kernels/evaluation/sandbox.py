@@ -199,9 +199,9 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
         proc.wait()
         reader.join(timeout=5)
         seconds = time.monotonic() - t0
-        payload, phase = _parse(progress.lines)
+        payload, phase, listing = _parse(progress.lines)
         if kept is not None:
-            compile_cache.harvest(kept.store, kept.workdir, _compiled_listing(progress.lines))
+            compile_cache.harvest(kept.store, kept.workdir, listing)
         tail = stderr_path.read_text(errors="replace")[-4000:]
         if proc.returncode == confine.STAGE_FAILED and phase == "start" and payload is None:
             raise confine.ConfinementError(f"the sandbox could not be set up: {tail.strip()[-600:]}")
@@ -231,24 +231,13 @@ def _kill_group(pgid: int) -> bool:
     return leftover
 
 
-def _compiled_listing(lines: list[str]) -> dict[str, str]:
-    """The worker's listing of its compile caches, taken only from before the candidate was loaded
-    (a line after that could come from candidate code)."""
-    for line in lines:
-        try:
-            msg = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if msg.get("phase") == "load":
-            return {}
-        if isinstance(msg.get("compiled"), dict):
-            return {str(k): str(v) for k, v in msg["compiled"].items()}
-    return {}
-
-
-def _parse(lines: list[str]) -> tuple[dict[str, Any] | None, str]:
+def _parse(lines: list[str]) -> tuple[dict[str, Any] | None, str, dict[str, str]]:
+    """The worker's verdict, its last phase, and its listing of the compile caches: the listing only
+    from before the candidate was loaded (a line after that could come from candidate code)."""
     phase = "start"
     payload = None
+    listing: dict[str, str] | None = None
+    loaded = False
     for line in lines:
         try:
             msg = json.loads(line)
@@ -258,4 +247,7 @@ def _parse(lines: list[str]) -> tuple[dict[str, Any] | None, str]:
             payload = msg
         elif "phase" in msg:
             phase = msg["phase"]
-    return payload, phase
+            loaded = loaded or phase == "load"
+        elif isinstance(msg.get("compiled"), dict) and not loaded and listing is None:
+            listing = {str(k): str(v) for k, v in msg["compiled"].items()}
+    return payload, phase, listing or {}

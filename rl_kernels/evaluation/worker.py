@@ -241,7 +241,7 @@ def dispatched_ops(call: Callable[[], Any]) -> set[str]:
 
 def refuse_torch_compute(ops: set[str], cfg: EvalConfig) -> None:
     """ATen compute among the dispatched ops means torch did the work (a torch fallback)."""
-    compute = sorted(op for op in ops if op not in set(cfg.correctness.allowed_torch_ops))
+    compute = sorted(ops - set(cfg.correctness.allowed_torch_ops))
     if compute:
         raise Rejected(Reason.TORCH_FALLBACK, f"torch ops did the work: {', '.join(compute[:8])}")
 
@@ -335,6 +335,16 @@ def load_candidate(problem: Any, job: dict[str, Any], target: Path) -> None:
         problem.load_candidate(job["candidate_source"], prebuilt_load_inline(target))
 
 
+def lock_down(scratch: Path, target: Path) -> sandbox_policy.Violations:
+    """Just before candidate code loads into this process: the audit hook (writes only under the
+    scratch dir and torch's compile caches, dlopen only of the candidate's own libraries), then the
+    seccomp filter (from here on fork/exec/ptrace/... kill the process)."""
+    libs = [target] if target.is_file() else sorted(target.rglob("*.so"))
+    violations = sandbox_policy.install(scratch, libs, compile_cache.env_dirs())
+    confine.forbid_process_creation()
+    return violations
+
+
 def compile_cache_counters() -> dict[str, int]:
     """Inductor's FX-graph cache hits and misses in this process: whether the baseline was loaded
     from the kept compile caches or compiled afresh."""
@@ -405,10 +415,8 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
     torch_threads = torch.get_num_threads()
     report.phase("load")
     target = unpack_candidate(job, scratch)
-    libs = [target] if target.is_file() else sorted(target.rglob("*.so"))
-    violations = sandbox_policy.install(scratch, libs, compile_cache.env_dirs())
+    violations = lock_down(scratch, target)
     report.violations = violations
-    confine.forbid_process_creation()   # from here on, fork/exec/ptrace/... kill the process
     load_candidate(problem, job, target)
     report.phase("correctness")
     result.update(correctness(problem, cfg, device, seed, report.beat))

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from rl_kernels.evaluation import compile_cache
-from rl_kernels.evaluation.sandbox import _compiled_listing
+from rl_kernels.evaluation.sandbox import _parse
 
 
 def _scratch_with_caches(root: Path) -> Path:
@@ -60,8 +60,8 @@ def test_paths_outside_the_cache_dirs_are_never_stored(tmp_path: Path) -> None:
 def test_only_a_listing_from_before_the_candidate_loaded_counts() -> None:
     early = [json.dumps({"phase": "setup"}), json.dumps({"compiled": {"triton/a": "1"}}),
              json.dumps({"phase": "load"}), json.dumps({"compiled": {"triton/b": "2"}})]
-    assert _compiled_listing(early) == {"triton/a": "1"}
+    assert _parse(early)[2] == {"triton/a": "1"}
     forged = [json.dumps({"phase": "setup"}), json.dumps({"phase": "load"}),
               json.dumps({"compiled": {"triton/b": "2"}})]
-    assert _compiled_listing(forged) == {}
-    assert _compiled_listing(["not json", json.dumps({"final": True})]) == {}
+    assert _parse(forged)[2] == {}
+    assert _parse(["not json", json.dumps({"final": True})])[2] == {}
