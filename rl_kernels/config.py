@@ -241,6 +241,19 @@ class BaselineConfig(_Strict):
         "false compiles afresh in every evaluation"))
 
 
+class LaunchEvidenceConfig(_Strict):
+    """Runtime evidence that the candidate's own kernels do the work (cuda backend; launches.py)."""
+
+    enabled: bool = Field(True, description=(
+        "Before timing, profile one candidate call (CUPTI through torch.profiler) and refuse it "
+        "no_custom_kernel when no kernel its own objects register ran; costs about a second per "
+        "evaluation, off trusts the static gate and the link-time imports alone"))
+    max_foreign_share: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Largest fraction of the profiled call's device time allowed in kernels the candidate did "
+        "not compile (ATen copies and fills of allowed plumbing ops); lower refuses honest glue, "
+        "higher lets a token kernel front for library work"))
+
+
 class EvalConfig(_Strict):
     backend: Backend = "cpu"
     build: BuildConfig = Field(default_factory=BuildConfig)
@@ -250,6 +263,7 @@ class EvalConfig(_Strict):
     roofline: RooflineConfig = Field(default_factory=RooflineConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     baselines: BaselineConfig = Field(default_factory=BaselineConfig)
+    launches: LaunchEvidenceConfig = Field(default_factory=LaunchEvidenceConfig)
     exclude_degenerate: bool = True
     allow_torch_rewrites: bool = False
     shared_device: bool = False

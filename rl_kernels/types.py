@@ -63,6 +63,7 @@ class Build:
     cached: bool = False
     reason: str | None = None
     path: str = ""   # headers it was built against: "shim" (hgemm's fast path) or "torch" (torch's own)
+    kernels: list[str] = field(default_factory=list)   # mangled names of the cuda kernels it registers
 
 
 @dataclass

@@ -29,7 +29,7 @@ import tempfile
 import time
 import zipfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -39,6 +39,7 @@ from rl_kernels.config import BuildConfig, EvalConfig
 from rl_kernels.evaluation import confine, ninja, sandbox
 from rl_kernels.evaluation.artifact import MANIFEST, generate_inline_sources, sources_digest
 from rl_kernels.evaluation.evidence import check_artifact
+from rl_kernels.evaluation.launches import registered_kernels
 from rl_kernels.evaluation.flags import check_flags
 from rl_kernels.evaluation.guards import extract_native_sources, static_check
 from rl_kernels.evaluation.reasons import Reason
@@ -50,7 +51,7 @@ NATIVE_DIR = Path(__file__).resolve().parent / "native"
 SHIM_DIR = NATIVE_DIR / "shim"
 HGEMM_ARTIFACT = "hgemm.so"
 MODULE_ARTIFACT = "module.zip"
-_BUILD_FORMAT = 2  # bump when the build recipe changes in a way the key does not see
+_BUILD_FORMAT = 3  # bump when the build recipe changes in a way the key does not see
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,6 +205,7 @@ class _Outcome:
     log: str
     reason: str | None = None
     cacheable: bool = True   # False when the result says nothing about the source (timeout, killed)
+    kernels: list[str] = field(default_factory=list)   # mangled names of the kernels it registers
 
 
 def _key(material: dict) -> str:
@@ -228,7 +230,7 @@ def _read_cached(final: Path, key: str, artifact_name: str) -> Build | None:
     artifact = (final / artifact_name).read_bytes() if meta["ok"] else None
     return Build(key=key, ok=meta["ok"], artifact=artifact, artifact_name=artifact_name,
                  log=(final / "build.log").read_text(), seconds=meta["seconds"], cached=True,
-                 reason=meta["reason"])
+                 reason=meta["reason"], kernels=meta.get("kernels", []))
 
 
 def _cached_build(key: str, artifact_name: str, cfg: BuildConfig, build: Callable[[Path, Path], _Outcome]) -> Build:
@@ -260,12 +262,12 @@ def _cached_build(key: str, artifact_name: str, cfg: BuildConfig, build: Callabl
             seconds = time.monotonic() - t0
             log = _truncate(outcome.log, cfg.log_max_chars)
             result = Build(key=key, ok=outcome.ok, artifact_name=artifact_name, log=log, seconds=seconds,
-                           cached=False, reason=outcome.reason)
+                           cached=False, reason=outcome.reason, kernels=outcome.kernels)
             if outcome.ok:
                 result.artifact = (out_dir / artifact_name).read_bytes()
             if outcome.cacheable:
                 (out_dir / "build.log").write_text(log)
-                meta = {"ok": outcome.ok, "reason": outcome.reason, "seconds": seconds}
+                meta = {"ok": outcome.ok, "reason": outcome.reason, "seconds": seconds, "kernels": outcome.kernels}
                 (out_dir / "meta.json").write_text(json.dumps(meta))
                 os.rename(out_dir, final)
             return result
@@ -447,12 +449,14 @@ def detect_hgemm_entry(source: str) -> str:
 def _with_evidence(outcome: _Outcome, objects: list[Path], libraries: list[Path], allow_library: bool,
                    backend: BackendName) -> _Outcome:
     """A build whose objects import library compute or an escape, or (cuda) compile no kernel of
-    their own, is refused (evidence.py)."""
+    their own, is refused (evidence.py); a cuda build keeps the names of the kernels it registers,
+    which the evaluation's profiled call is checked against (launches.py)."""
     if not outcome.ok:
         return outcome
     found = check_artifact(objects, libraries, allow_library, require_kernel=backend == "cuda")
     if found is None:
-        return outcome
+        kernels = registered_kernels(objects) if backend == "cuda" else []
+        return dataclasses.replace(outcome, kernels=kernels)
     return _Outcome(False, f"{outcome.log}\nrefused after linking: {found[1]}", found[0].value)
 
 

@@ -249,7 +249,7 @@ class Evaluator:
         job = {"job": "evaluate", "task": task_to_json(task), "backend": self.cfg.backend,
                "config": self.cfg.model_dump(mode="json"), "baseline": baseline,
                "candidate_source": source, "seed": seed, "watchdog_s": self._watchdog_s(m.baselines_ms[baseline]),
-               **self._native_baselines(task)}
+               "own_kernels": build.kernels, **self._native_baselines(task)}
         kept = self._kept_compile(task, [baseline])
         with device_lock(self.device, self.cfg):
             res = sandbox.run_job(job, build.artifact, build.artifact_name, self.cfg.backend,
@@ -283,6 +283,8 @@ class Evaluator:
                        boundary=p.get("boundary", "shared"))
         if p.get("baseline_compile") is not None:
             m.extra["baseline_compile"] = p["baseline_compile"]
+        if p.get("launches") is not None:
+            m.extra["launches"] = p["launches"]
         if p.get("clock_check"):
             m.extra.update(clock_check=p["clock_check"], order_seed=p.get("order_seed"))
         gaps = p.get("guard_gap_ms") or {}

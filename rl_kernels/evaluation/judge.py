@@ -46,8 +46,10 @@ from rl_kernels.evaluation.reasons import Reason, Rejected
 from rl_kernels.evaluation.sandbox import killed_by
 from rl_kernels.evaluation.shared import SharedSets, replicate, share
 from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, median, sm_clock_mhz
-from rl_kernels.evaluation.worker import (cache_bytes, check_correctness_call, check_fresh_values,
-                                          check_repeatable, pool_size, recheck_call, refuse_torch_compute, sync)
+from rl_kernels.evaluation.launches import Launch, judge_launches
+from rl_kernels.evaluation.worker import (cache_bytes, check_correctness_call, check_fresh_values, check_repeatable,
+                                          launch_evidence_wanted, own_kernels, pool_size, recheck_call,
+                                          refuse_torch_compute, sync, task_from_json)
 
 _PR_SET_DUMPABLE = 4
 
@@ -250,6 +252,17 @@ class SplitEvaluation:
         ops = self.runner.ask({"op": "audit", "tag": "check", "set": 1})["ops"]
         refuse_torch_compute({str(op) for op in ops}, self.cfg)
 
+    def launches(self, own: frozenset[str]) -> dict[str, Any]:
+        """The kernels of one runner call against the ones the candidate's build registers."""
+        self.beat()
+        reply = self.runner.ask({"op": "launches", "tag": "check", "set": 2})
+        rows = reply.get("launches")
+        if not isinstance(rows, list) or not all(
+                isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and isinstance(r[1], (int, float))
+                for r in rows):
+            raise Rejected(Reason.NO_CUSTOM_KERNEL, f"the runner's kernel record is malformed: {str(rows)[:200]}")
+        return judge_launches([Launch(name, float(us)) for name, us in rows], own, self.cfg.launches.max_foreign_share)
+
     def timing(self) -> dict[str, Any]:
         """Windows of candidate calls (in the runner) and of baseline calls (here), in random order."""
         p, cfg, device, rng = self.problem, self.cfg, self.device, self.rng
@@ -390,6 +403,9 @@ def run_split(job: dict[str, Any], problem: Any, cfg: EvalConfig, device: str, s
     result: dict[str, Any] = dict(ev.correctness())
     if problem.kind == "module" and not (problem.task.allow_torch_ops or cfg.allow_torch_rewrites):
         ev.audit_torch_ops()
+    if launch_evidence_wanted(task_from_json(job["task"]), cfg, device):
+        report.phase("launches")
+        result["launches"] = ev.launches(own_kernels(job))
     report.phase("timing")
     result.update(ev.timing())
     runner.resume()

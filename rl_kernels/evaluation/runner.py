@@ -1,12 +1,12 @@
 """The runner: the only process that holds candidate code during an evaluation.
 
 Forked by the judge (`judge.py`) inside the same sandbox, before the judge touches the device or
-the job's problem; it runs `serve` until told to exit.  It maps the input sets the judge shared, then loads the candidate behind the
-audit hook and the seccomp filter, and from then on only does what the judge orders: call the
-candidate on named sets (timed with CUDA events or the host clock, its outputs copied into the
-judge's output buffers), re-time calls behind a device-wide sync, record the ATen ops of one call,
-report its own integrity checks.  It holds no reference output, no baseline, no verdict and no
-randomness the judge uses; everything it says goes back as JSON that the judge checks, and its
+the job's problem; it runs `serve` until told to exit.  It maps the input sets the judge shared,
+then loads the candidate behind the audit hook and the seccomp filter, and from then on only does
+what the judge orders: call the candidate on named sets (timed with CUDA events or the host clock,
+its outputs copied into the judge's output buffers), re-time calls behind a device-wide sync,
+record the ATen ops of one call and the device kernels of another, report its own integrity
+checks.  It holds no reference output, no baseline, no verdict and no randomness the judge uses; everything it says goes back as JSON that the judge checks, and its
 worst possible answer is a wrong one, which the judge can catch, or none, which fails the job.
 """
 
@@ -25,6 +25,7 @@ from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation import sandbox_policy
 from rl_kernels.evaluation.channel import ChannelClosed, recv_order, send_report
 from rl_kernels.evaluation.correctness import as_output_list, check_structure
+from rl_kernels.evaluation.launches import record_launches
 from rl_kernels.evaluation.problems import poison_allocator
 from rl_kernels.evaluation.reasons import Reason, Rejected
 from rl_kernels.evaluation.shared import MappedSet, attach
@@ -162,6 +163,14 @@ class Runner:
         self._sync()
         return {"ops": sorted(ops)}
 
+    def launches(self, order: dict[str, Any]) -> dict[str, Any]:
+        """The device kernels one call runs, by name and device time (the judge decides whose)."""
+        call, s = self.call, self.sets[order["tag"]][order["set"]]
+        assert call is not None
+        self._prepare(s)
+        found = record_launches(lambda: call(s), self._sync)
+        return {"launches": [[x.name, x.device_us] for x in found]}
+
     def _integrity(self) -> None:
         """Before timing and at the end: the timing functions and torch's thread count as they were."""
         check_identities(self.identities)
@@ -217,7 +226,8 @@ def serve(sock: socket.socket, scratch: Path) -> None:
                 handlers: dict[str, Callable[[], dict[str, Any]]] = {
                     "attach": lambda: runner.attach(order, fds), "load": lambda: runner.load(order),
                     "run": lambda: runner.run(order), "guard": lambda: runner.guard(order),
-                    "audit": lambda: runner.audit(order), "finish": runner.finish}
+                    "audit": lambda: runner.audit(order), "launches": lambda: runner.launches(order),
+                    "finish": runner.finish}
                 reply = handlers[op]()
             if any(not math.isfinite(x) for x in reply.get("ms", [])):
                 raise RuntimeError("a CUDA event returned a non-finite time")

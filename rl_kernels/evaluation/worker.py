@@ -27,6 +27,7 @@ from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation import compile_cache, confine, sandbox_policy
 from rl_kernels.evaluation.correctness import Comparison, check_structure, compare_values, snapshot, unchanged
 from rl_kernels.evaluation.inputs import DISTRIBUTIONS
+from rl_kernels.evaluation.launches import judge_launches, own_kernel_keys, record_launches
 from rl_kernels.evaluation.problems import HgemmProblem, InputSet, ModuleProblem
 from rl_kernels.evaluation.reasons import Reason, Rejected
 from rl_kernels.evaluation.timing import Flusher, Side, interleaved
@@ -254,6 +255,17 @@ def audit_torch_ops(problem: Any, cfg: EvalConfig, device: str, seed: int) -> No
     refuse_torch_compute(ops, cfg)
 
 
+def launch_evidence_wanted(task: Task, cfg: EvalConfig, device: str) -> bool:
+    """Whether the profiled call runs: cuda only, and not where the task lets torch do the work."""
+    return device == "cuda" and cfg.launches.enabled and not (task.allow_torch_ops or cfg.allow_torch_rewrites)
+
+
+def own_kernels(job: dict[str, Any]) -> frozenset[str]:
+    """The names the candidate's build registered, as the profiler may report them; read before any
+    candidate code is loaded (the demangler is torch's)."""
+    return own_kernel_keys(list(job.get("own_kernels") or []), torch._C._demangle)
+
+
 def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str | None,
            candidate: bool, beat: Callable[[], None] = _no_beat) -> dict[str, Any]:
     n = pool_size(problem, device, cfg)
@@ -411,6 +423,7 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
         result.update(run_split(job, problem, cfg, device, seed, runner, report))
         return result
     identities = timer_identities()
+    own = own_kernels(job)
     threads_before = threading.active_count()
     torch_threads = torch.get_num_threads()
     report.phase("load")
@@ -422,6 +435,12 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
     result.update(correctness(problem, cfg, device, seed, report.beat))
     if problem.kind == "module" and not (task.allow_torch_ops or cfg.allow_torch_rewrites):
         audit_torch_ops(problem, cfg, device, seed)
+    if launch_evidence_wanted(task, cfg, device):
+        report.phase("launches")
+        s = problem.make_set("normal", seed + 3500)
+        report.beat()
+        launches = record_launches(lambda: problem.call_candidate(s), lambda: sync(device))
+        result["launches"] = judge_launches(launches, own, cfg.launches.max_foreign_share)
     check_identities(identities)
     check_torch_threads(torch_threads)
     report.phase("timing")

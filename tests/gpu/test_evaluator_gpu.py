@@ -3,6 +3,7 @@ hgemm reward hack is rejected, through the whole evaluator.  Skipped without CUD
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 import yaml
 
 from rl_kernels.config import EvalConfig, load_config
+from rl_kernels.evaluation.build import build_many
 from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.tasks import get_task
 
@@ -18,13 +20,12 @@ REPO = Path(__file__).resolve().parents[2]
 CANDIDATES = REPO / "tests" / "candidates"
 
 
-@pytest.fixture(scope="module")
-def cuda_config(tmp_path_factory: pytest.TempPathFactory) -> EvalConfig:
-    cache = tmp_path_factory.mktemp("rlk-cuda-cache")
-    major, minor = torch.cuda.get_device_capability() if torch.cuda.is_available() else (9, 0)
-    arch = f"sm_{major}{minor}a" if major >= 9 else f"sm_{major}{minor}"
-    return load_config(REPO / "configs" / "h200.yaml",
-                       [f"eval.build.cache_dir={cache}", f"eval.build.cuda_archs=[{arch}]"]).eval
+HONEST = [
+    ("honest/hgemm_cuda_fp32.cu", "hgemm/fp32/1024_1024_1024"),
+    ("hgemm/wmma_fp32acc.cu", "hgemm/fp32/4096_4096_4096"),
+    ("hgemm/cute_sm90.cu", "hgemm/fp32/4096_4096_4096"),
+    ("hgemm/cutlass_device_api.cu", "hgemm/fp32/1024_1024_1024"),
+]
 
 
 def _cuda_hacks() -> list[dict]:
@@ -32,16 +33,41 @@ def _cuda_hacks() -> list[dict]:
     return [e for e in data if e["backend"] == "cuda" and "task" in e]
 
 
-@pytest.mark.parametrize("path, task_id", [
-    ("honest/hgemm_cuda_fp32.cu", "hgemm/fp32/1024_1024_1024"),
-    ("hgemm/wmma_fp32acc.cu", "hgemm/fp32/4096_4096_4096"),
-    ("hgemm/cute_sm90.cu", "hgemm/fp32/4096_4096_4096"),
-])
+@pytest.fixture(scope="module")
+def cuda_config(tmp_path_factory: pytest.TempPathFactory) -> EvalConfig:
+    """The H200 config on this device's arch, with every candidate of this module built up front in
+    parallel (CUTLASS builds take tens of seconds each; the evaluations then hit the cache)."""
+    cache = tmp_path_factory.mktemp("rlk-cuda-cache")
+    major, minor = torch.cuda.get_device_capability() if torch.cuda.is_available() else (9, 0)
+    arch = f"sm_{major}{minor}a" if major >= 9 else f"sm_{major}{minor}"
+    cfg = load_config(REPO / "configs" / "h200.yaml",
+                      [f"eval.build.cache_dir={cache}", f"eval.build.cuda_archs=[{arch}]"]).eval
+    items = [(get_task(t), (CANDIDATES / p).read_text()) for p, t in HONEST]
+    items += [(get_task(e["task"]), (CANDIDATES / "hacks" / e["file"]).read_text()) for e in _cuda_hacks()]
+    build_many(items, cfg, jobs=os.cpu_count() or 1)
+    return cfg
+
+
+@pytest.mark.parametrize("path, task_id", HONEST)
 def test_honest_cuda_kernels_pass(path: str, task_id: str, cuda_config: EvalConfig) -> None:
     m = Evaluator(cuda_config).evaluate(get_task(task_id), (CANDIDATES / path).read_text())
     assert m.rejected is None, m.detail[-1500:]
     assert m.correct and m.samples >= 30 and m.sm_clock_mhz is not None
     assert m.baseline in cuda_config.baselines.hgemm
+    launches = m.extra["launches"]    # the profiled call ran the candidate's own kernels, nothing else
+    assert launches["own_kernels"] >= 1 and launches["foreign_kernels"] == 0, launches
+
+
+@pytest.mark.parametrize("boundary", ["split", "shared"])
+def test_launch_evidence_under_both_boundaries(boundary: str, cuda_config: EvalConfig) -> None:
+    """A kernel registered but never launched passes the gate and the build; the profiled call
+    refuses it in the runner (split) and in the worker (shared), and the honest tiled kernel passes."""
+    cfg = cuda_config.model_copy(update={"sandbox": cuda_config.sandbox.model_copy(update={"boundary": boundary})})
+    task = get_task("hgemm/fp32/256_256_256")
+    idle = Evaluator(cfg).evaluate(task, (CANDIDATES / "hacks" / "trust" / "idle_kernel_cuda.cu").read_text())
+    assert idle.rejected == "no_custom_kernel" and "no kernel of the candidate's own ran" in idle.detail, idle.detail
+    honest = Evaluator(cfg).evaluate(task, (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text())
+    assert honest.rejected is None and honest.extra["launches"]["own_kernels"] == 1, honest.detail[-800:]
 
 
 @pytest.mark.parametrize("entry", _cuda_hacks(), ids=lambda e: e["file"])
@@ -122,6 +148,7 @@ def test_a_compiled_baseline_is_kept_between_evaluations(tmp_path: Path, cuda_co
         ev.best_baseline(task)
         got[keep] = ev.evaluate(task, task.seeds["cuda"], build)
         assert got[keep].correct, got[keep].detail
+        assert got[keep].extra["launches"]["own_kernels"] >= 1, got[keep].extra["launches"]
     kept, fresh = got[True].extra["baseline_compile"], got[False].extra["baseline_compile"]
     assert kept.get("fxgraph_cache_hit", 0) > 0 and kept.get("fxgraph_cache_miss", 0) == 0, kept
     assert fresh.get("fxgraph_cache_miss", 0) > 0, fresh

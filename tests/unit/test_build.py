@@ -197,6 +197,29 @@ def test_cuda_hgemm_links_cudart_statically(tmp_path: Path) -> None:
 
 
 @needs_nvcc
+def test_a_cuda_build_keeps_the_kernels_it_registers(tmp_path: Path) -> None:
+    """The names the evaluation's profiled call is checked against, served again from the cache."""
+    source = (SRC / "hgemm_cuda.cu").read_text()
+    build = build_candidate(TASK, source, "cuda", _cfg(tmp_path, cuda_archs=["sm_80"]))
+    assert build.ok, build.log
+    assert build.kernels and all(k.startswith("_Z") or k.isidentifier() for k in build.kernels)
+    assert any("hgemm" in torch._C._demangle(k) for k in build.kernels), build.kernels
+    again = build_candidate(TASK, source, "cuda", _cfg(tmp_path, cuda_archs=["sm_80"]))
+    assert again.cached and again.kernels == build.kernels
+
+
+@needs_nvcc
+def test_a_kernel_that_is_never_launched_still_builds(tmp_path: Path) -> None:
+    """Registering a kernel is all the build can see: the run's launch evidence refuses this one."""
+    source = (CANDIDATES / "hacks" / "trust" / "idle_kernel_cuda.cu").read_text()
+    assert static_check(TASK, source, "cuda").ok
+    build = build_candidate(TASK, source, "cuda", _cfg(tmp_path, cuda_archs=["sm_80"]))
+    assert build.ok, build.log
+    assert [torch._C._demangle(k) for k in build.kernels if k.startswith("_Z")] == [
+        "idle_tile_kernel(__half const*, __half const*, __half*, int, int, int)"]
+
+
+@needs_nvcc
 def test_cute_include_builds(tmp_path: Path) -> None:
     build = build_candidate(TASK, (SRC / "cute_include.cu").read_text(), "cuda", _cfg(tmp_path, cuda_archs=["sm_90a"]))
     assert build.ok, build.log
@@ -219,6 +242,7 @@ def test_cutlass_device_api_kernel_builds(tmp_path: Path) -> None:
     assert static_check(TASK, source, "cuda").ok
     build = build_candidate(TASK, source, "cuda", _cfg(tmp_path, cuda_archs=["sm_80"]))
     assert build.ok, build.log
+    assert any(k.startswith("_ZN7cutlass") for k in build.kernels), build.kernels   # its own, though CUTLASS's
 
 
 @needs_nvcc
