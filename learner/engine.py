@@ -1,0 +1,171 @@
+"""The trained policy as both trainers hold it: a LoRA (PEFT) adapter on a transformers causal LM,
+optimised through a DeepSpeed engine, with the token logprobs and the optimizer step they share.
+
+GRPO (learner/trainer.py) and the supervised warm start (learner/sft.py) differ only in their loss;
+building the model, the adapter and the engine, reading completion-token logprobs and saving the
+adapter live here once, so an adapter from the warm start is exactly what GRPO continues.
+
+DeepSpeed picks its accelerator when first imported, from DS_ACCELERATOR; `init_distributed`
+sets it from the learner's device first. A single learner process forms a world of one (gloo on
+cpu, nccl on cuda); ZeRO stages 0-3 all work there, on CPU too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from learner.batch import MicroBatch
+from rl_kernels.config import LearnerConfig
+from rl_kernels.policy.factory import torch_dtype
+from rl_kernels.policy.models import resolve_model
+
+
+@dataclass
+class PolicyEngine:
+    model: Any            # the PEFT model (base weights frozen, adapter trainable)
+    engine: Any           # deepspeed.DeepSpeedEngine wrapping `model`
+    scheduler: Any        # the LR scheduler the engine steps
+    pad_id: int
+    trainable_params: int
+    zero_stage: int
+
+
+def init_distributed(device: str) -> None:
+    """A one-process torch.distributed world for DeepSpeed (no-op when one exists)."""
+    on_gpu = device.startswith("cuda")
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if on_gpu else "cpu")
+    import deepspeed
+
+    if torch.distributed.is_initialized():
+        return
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    if not on_gpu and os.environ["WORLD_SIZE"] == "1":
+        # DeepSpeed's cpu backend JIT-builds its shared-memory all-reduce op on init (~50 s on two
+        # cores), which only a multi-process cpu world uses; its op table is meant to be edited.
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def lr_factor(step: int, cfg: LearnerConfig, total_steps: int | None) -> float:
+    """Multiplier of `cfg.lr` at optimizer step `step` (0-based): linear warmup, then constant or a
+    linear / cosine decay to `lr_min_ratio` over `lr_decay_steps` (default: the run's max_steps)."""
+    if cfg.lr_warmup_steps and step < cfg.lr_warmup_steps:
+        return (step + 1) / cfg.lr_warmup_steps
+    horizon = cfg.lr_decay_steps or total_steps
+    if cfg.lr_schedule == "constant" or not horizon:
+        return 1.0
+    progress = min(1.0, (step - cfg.lr_warmup_steps) / max(1, horizon - cfg.lr_warmup_steps))
+    shape = 1.0 - progress if cfg.lr_schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cfg.lr_min_ratio + (1.0 - cfg.lr_min_ratio) * shape
+
+
+def deepspeed_config(cfg: LearnerConfig, on_gpu: bool) -> dict[str, Any]:
+    return {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": 1,
+        "managed_gradient_accumulation": False,
+        "gradient_clipping": cfg.max_grad_norm,
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "bf16": {"enabled": on_gpu and torch_dtype(cfg.dtype, cfg.device) == torch.bfloat16},
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+
+
+def build_policy_engine(model: str, cfg: LearnerConfig, lr_lambda: Any, init_adapter: Path | None = None
+                        ) -> PolicyEngine:
+    """Base model + LoRA adapter (fresh from `cfg.lora`, or trainable from `init_adapter`, a PEFT
+    directory such as a warm start's) + AdamW + DeepSpeed, in a distributed world set up first
+    (`init_distributed`)."""
+    import deepspeed
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    device = torch.device(cfg.device)
+    base = AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=torch_dtype(cfg.dtype, cfg.device))
+    if cfg.gradient_checkpointing:
+        base.gradient_checkpointing_enable()
+        base.enable_input_require_grads()
+    missing = [m for m in cfg.lora.target_modules if not any(name.endswith("." + m) for name, _ in base.named_modules())]
+    if missing:
+        raise ValueError(f"learner.lora.target_modules {missing} match no module of {model}")
+    if init_adapter is not None:
+        if not (Path(init_adapter) / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"initial adapter {init_adapter} is not a PEFT adapter directory "
+                                    "(no adapter_config.json)")
+        peft_model = PeftModel.from_pretrained(base.to(device), str(init_adapter), is_trainable=True)
+    else:
+        lora = LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                          target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM")
+        peft_model = get_peft_model(base.to(device), lora)
+    pad_id = base.config.pad_token_id if base.config.pad_token_id is not None else 0
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+    engine, _, _, scheduler = deepspeed.initialize(model=peft_model, optimizer=optimizer, lr_scheduler=scheduler,
+                                                   config=deepspeed_config(cfg, device.type == "cuda"))
+    return PolicyEngine(peft_model, engine, scheduler, pad_id, sum(p.numel() for p in params), cfg.zero_stage)
+
+
+def token_logprobs(pe: PolicyEngine, mb: MicroBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Completion-token logprobs [b, T] (at `temperature`, as the generator sampled) and the per-token
+    entropy of that distribution [b, T]. Only logits from the first completion position on are
+    materialised (`logits_to_keep`): prompts are most of each row."""
+    width = mb.input_ids.size(1)
+    first = int(mb.positions[:, 0].min())
+    out = pe.engine(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
+                    logits_to_keep=width - first, use_cache=False)
+    logits = out.logits                                                        # [b, width-first, V]
+    idx = (mb.positions - first).clamp(min=0)                                  # [b, T]
+    picked = logits.gather(1, idx[:, :, None].expand(-1, -1, logits.size(-1)))  # [b, T, V]
+    logp = torch.log_softmax(picked.float() / temperature, dim=-1)
+    token_logp = logp.gather(-1, mb.targets[:, :, None])[..., 0] * mb.mask      # [b, T]
+    entropy = -(logp.exp() * logp).sum(-1) * mb.mask                           # [b, T]
+    return token_logp, entropy
+
+
+def grad_norm_then_step(pe: PolicyEngine) -> float:
+    """Optimizer step (DeepSpeed clips to max_grad_norm); returns the pre-clip gradient norm."""
+    norm = None
+    if pe.zero_stage == 0:  # the engine reports no norm without ZeRO; grads are whole here
+        grads = [p.grad for p in pe.model.parameters() if p.grad is not None]
+        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))) \
+            if grads else 0.0
+    pe.engine.step()
+    if norm is None:
+        reported = pe.engine.get_global_grad_norm()
+        norm = float(reported) if reported is not None else float("nan")
+    return norm
+
+
+def save_adapter(pe: PolicyEngine, directory: Path) -> None:
+    """The trained adapter as a PEFT directory (what generators load). Under ZeRO-3 the LoRA
+    weights are partitioned, so they are gathered first."""
+    params = [p for p in pe.model.parameters() if p.requires_grad]
+    if pe.zero_stage == 3:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+            pe.model.save_pretrained(str(directory))
+    else:
+        pe.model.save_pretrained(str(directory))
