@@ -1,4 +1,4 @@
-"""`rl-kernels` command line: eval | build | tasks | bench | rollout | train | report.
+"""`rl-kernels` command line: eval | build | tasks | bench | rollout | train | sft | report.
 
 Every subcommand but `report` takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`)
 and `--dry-run`, which prints the resolved config and exits. `train --resume RUN_DIR` starts from
@@ -277,6 +277,20 @@ def _archive_line(rows: list[dict[str, Any]]) -> str:
     return f"{sum(r['count'] for r in rows)} verified kernels; best " + (", ".join(map(best, rows)) or "-")
 
 
+def cmd_sft(args: argparse.Namespace, cfg: Config) -> int:
+    from learner.warm_start import run_warm_start
+
+    report = run_warm_start(cfg, lambda line: print(line, file=sys.stderr, flush=True))
+    samples = report.get("samples") or {}
+    print(f"warm start: {report['verified']} of {report['read']} kernels verified (refused {report['refused']}), "
+          f"{report['train_examples']} trained on over {len(report['losses'])} steps, loss "
+          f"{report['losses'][0]:.3f} -> {report['losses'][-1]:.3f}; held-out loss "
+          f"{report['heldout_loss_before']} -> {report['heldout_loss_after']}; after training "
+          f"{samples.get('compile_rate', 0):.0%} compiled, {samples.get('correct_rate', 0):.0%} correct; "
+          f"adapter {report['adapter']}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Draw a run's curves from its files alone: no config is loaded, so any run directory works."""
     from rl_kernels.report import write_report
@@ -327,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", dest="resume_dir", metavar="RUN_DIR",
                    help="continue RUN_DIR from its last checkpoint (its config.yaml is the base config)")
     _common(p)
+    p = sub.add_parser("sft", help="supervised warm start: re-verify the configured kernels (sft.sources), train "
+                                   "a LoRA adapter on them, sample and evaluate the result")
+    _common(p)
     p = sub.add_parser("report", help="draw a run's curves and speedups to PNG files and one HTML page")
     p.add_argument("run_dir", help="run directory (holds trajectories.jsonl and/or metrics.jsonl)")
     p.add_argument("--out", help="output directory (default: RUN_DIR/report)")
@@ -343,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(dump_config(cfg), end="")
             return 0
         handler = {"eval": cmd_eval, "build": cmd_build, "tasks": cmd_tasks, "bench": cmd_bench, "rollout": cmd_rollout,
-                   "train": cmd_train}[args.command]
+                   "train": cmd_train, "sft": cmd_sft}[args.command]
         return handler(args, cfg)
     except (ConfigError, TaskError) as exc:
         print(f"error: {exc}", file=sys.stderr)

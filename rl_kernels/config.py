@@ -416,6 +416,39 @@ class TrainConfig(_Strict):
         return self
 
 
+class SftSourceConfig(_Strict):
+    """One warm-start data source (rl_kernels/sft/sources.py)."""
+
+    kind: Literal["jsonl", "cuda_l2", "cuda_l1", "archive"] = Field(description=(
+        "jsonl: {task, source[, analysis]} lines; cuda_l2: a directory of M_N_K.cu hgemm kernels; "
+        "cuda_l1: CUDA-L1's released results file; archive: an earlier run's archive.sqlite"))
+    path: Path = Field(description="the file or directory to read")
+    accumulator: Literal["fp16", "fp32"] = Field("fp32", description=(
+        "cuda_l2 only: the hgemm accumulator the directory's kernels are evaluated against"))
+
+
+class SftConfig(_Strict):
+    """`rl-kernels sft`: the supervised warm start on re-verified kernels (learner/warm_start.py)."""
+
+    sources: list[SftSourceConfig] = Field(default_factory=list, description=(
+        "where the kernels come from; every item is re-verified by the evaluator before training"))
+    epochs: int = Field(3, ge=1, description=(
+        "passes over the verified training examples; more fits the format faster and memorises more"))
+    batch_size: int = Field(8, ge=1, description=(
+        "examples per optimizer step (micro-batched by learner.micro_batch_size); larger is smoother "
+        "and slower per step"))
+    max_answer_tokens: int = Field(2048, ge=16, description=(
+        "answer tokens trained on per example (the rest is cut); keep >= policy.max_new_tokens so the "
+        "model sees whole answers end"))
+    heldout_fraction: float = Field(0.1, ge=0.0, lt=1.0, description=(
+        "share of verified examples kept out of training to report a held-out token loss; 0 trains on all"))
+    sample_after: int = Field(2, ge=0, description=(
+        "completions sampled per training task after training and evaluated, for the report's compile "
+        "and correct rates; each costs an evaluation, 0 skips"))
+    jobs: int = Field(0, ge=0, description="parallel verification builds; 0: every core of this machine")
+    seed: int = Field(0, description="the held-out draw and the example order")
+
+
 class Config(_Strict):
     run_dir: Path = Path("runs/default")
     suite: str = "builtin"
@@ -428,6 +461,7 @@ class Config(_Strict):
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    sft: SftConfig = Field(default_factory=SftConfig)
 
     @model_validator(mode="after")
     def _combinations(self) -> "Config":

@@ -24,7 +24,7 @@ _HEADER = re.compile(r"^#{2,4}[ \t]*(" + "|".join(re.escape(s) for s in ANSWER_S
 class SftExample:
     messages: list[dict[str, str]]   # system + user, for the tokenizer's chat template
     answer: str                      # the assistant turn the loss is computed on
-    task_id: str
+    task: Task
 
 
 def analysis_sections(text: str) -> dict[str, str]:
@@ -70,4 +70,4 @@ def make_example(task: Task, backend: Backend, source: str, analysis: str, note:
     if mode == "contrastive" and not others:
         mode = "plain"
     return SftExample(build_prompt(task, backend, others, mode=mode),
-                      format_answer(task, backend, source, analysis, note), task.id)
+                      format_answer(task, backend, source, analysis, note), task)

@@ -18,6 +18,7 @@ from rl_kernels.config import LearnerConfig
 from rl_kernels.policy import SamplingParams
 from rl_kernels.policy.hf import HFPolicy
 from rl_kernels.sft.examples import SftExample
+from rl_kernels.tasks import get_task
 
 ANSWER = "use shared memory tiles and warps"
 STEPS = 30
@@ -30,7 +31,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_sft_teaches_the_answer_and_its_adapter_carries_over(model_dir: Path, tmp_path: Path) -> None:
     tok = AutoTokenizer.from_pretrained(model_dir)
-    examples = [encode_example(tok, SftExample(list(p), ANSWER, "toy"), max_answer_tokens=64) for p in PROMPTS]
+    task = get_task("hgemm/fp32/64_64_64")
+    examples = [encode_example(tok, SftExample(list(p), ANSWER, task), max_answer_tokens=64) for p in PROMPTS]
     assert examples[0].answer_ids[-1] == tok.eos_token_id            # it learns to stop
     assert tok.decode(examples[0].answer_ids[:-1]) == ANSWER
     cfg = LearnerConfig(lr=3e-2, micro_batch_size=2, zero_stage=0)

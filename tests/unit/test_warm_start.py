@@ -1,0 +1,51 @@
+"""`rl-kernels sft` end to end on this machine: a JSONL of hgemm kernels (one broken), re-verified by
+the real evaluator (cpu backend), a LoRA adapter trained on a tiny Llama, the trained policy sampled
+and its answers parsed, everything reported in run_dir/sft/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tiny_model import save_tiny_llama
+
+from rl_kernels.cli import main
+from rl_kernels.tasks import get_task
+
+HGEMM = "hgemm/fp32/64_64_64"
+
+
+def test_the_warm_start_job_verifies_trains_samples_and_reports(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    seed = get_task(HGEMM).seeds["cpu"]
+    data = tmp_path / "kernels.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in (
+        {"task": HGEMM, "source": seed, "analysis": "### Algorithm design\nOne row per thread."},
+        {"task": HGEMM, "source": "// the same kernel, another copy\n" + seed},
+        {"task": HGEMM, "source": seed + "\nint broken(\n"},
+        {"task": "builtin/nope", "source": "x"},
+    )))
+    model = save_tiny_llama(tmp_path / "tiny")
+    run = tmp_path / "run"
+    code = main(["sft", f"run_dir={run}", f"policy.model={model}", "policy.max_new_tokens=8", "learner.zero_stage=0",
+                 "learner.lr=0.01", f"eval.build.cache_dir={tmp_path / 'cache'}", "sft.epochs=3", "sft.batch_size=1",
+                 "sft.heldout_fraction=0.5", "sft.sample_after=1", "sft.max_answer_tokens=64",
+                 f'sft.sources=[{{"kind": "jsonl", "path": "{data}"}}]'])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-2000:]
+    report = json.loads((run / "sft" / "report.json").read_text())
+    assert report["read"] == 3 and report["skipped"] == {"unknown_task": 1}
+    assert report["verified"] == 2 and report["refused"] == {"compile_error": 1}
+    assert report["train_examples"] == 1 and report["heldout_examples"] == 1 and len(report["losses"]) == 3
+    assert report["losses"][-1] < report["losses"][0]
+    assert report["heldout_loss_after"] is not None and report["samples"]["sampled"] == 1
+    assert (run / "sft" / "adapter" / "adapter_config.json").is_file()
+    assert len((run / "sft" / "metrics.jsonl").read_text().splitlines()) == 3
+    assert "verified 1/3" in out.err and "sft step 3/3" in out.err        # progress as it happens
+    assert "2 of 3 kernels verified" in out.out
+
+
+def test_without_sources_the_job_says_what_to_configure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sft", f"run_dir={tmp_path}"]) == 2
+    assert "sft.sources is empty" in capsys.readouterr().err
