@@ -31,7 +31,7 @@ class LearnerActor:
         self.run_dir = Path(cfg.run_dir)
         self.keep_versions = keep_versions
         self.trainer = GrpoTrainer(cfg.policy.model, cfg.learner, cfg.grpo, temperature=cfg.policy.temperature,
-                                   total_steps=cfg.train.max_steps)
+                                   total_steps=cfg.train.max_steps, init_adapter=cfg.policy.init_adapter)
         self.step = 0
         self.version = 0
         self._checkpoint_versions: dict[int, int] = {}   # checkpoint step -> its policy version

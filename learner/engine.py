@@ -25,7 +25,7 @@ import torch
 from learner.batch import MicroBatch
 from rl_kernels.config import LearnerConfig
 from rl_kernels.policy.factory import torch_dtype
-from rl_kernels.policy.models import resolve_model
+from rl_kernels.policy.models import load_causal_lm
 
 
 @dataclass
@@ -92,32 +92,25 @@ def deepspeed_config(cfg: LearnerConfig, on_gpu: bool) -> dict[str, Any]:
 
 def build_policy_engine(model: str, cfg: LearnerConfig, lr_lambda: Any, init_adapter: Path | None = None
                         ) -> PolicyEngine:
-    """Base model + LoRA adapter (fresh from `cfg.lora`, or trainable from `init_adapter`, a PEFT
-    directory such as a warm start's) + AdamW + DeepSpeed, in a distributed world set up first
-    (`init_distributed`)."""
+    """Base model (with `init_adapter`, a warm start's PEFT directory, merged into its weights, as
+    the generators load it) + a fresh LoRA adapter from `cfg.lora` + AdamW + DeepSpeed, in a
+    distributed world set up first (`init_distributed`)."""
     import deepspeed
-    from peft import LoraConfig, PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     device = torch.device(cfg.device)
-    base = AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=torch_dtype(cfg.dtype, cfg.device))
+    base = load_causal_lm(model, torch_dtype(cfg.dtype, cfg.device), init_adapter)
     if cfg.gradient_checkpointing:
         base.gradient_checkpointing_enable()
         base.enable_input_require_grads()
     missing = [m for m in cfg.lora.target_modules if not any(name.endswith("." + m) for name, _ in base.named_modules())]
     if missing:
         raise ValueError(f"learner.lora.target_modules {missing} match no module of {model}")
-    if init_adapter is not None:
-        if not (Path(init_adapter) / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"initial adapter {init_adapter} is not a PEFT adapter directory "
-                                    "(no adapter_config.json)")
-        peft_model = PeftModel.from_pretrained(base.to(device), str(init_adapter), is_trainable=True)
-    else:
-        lora = LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                          target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM")
-        peft_model = get_peft_model(base.to(device), lora)
+    lora = LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                      target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM")
+    peft_model = get_peft_model(base.to(device), lora)
     pad_id = base.config.pad_token_id if base.config.pad_token_id is not None else 0
     params = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)

@@ -41,12 +41,12 @@ class GrpoTrainer:
     """Owns the model, the LoRA adapter and the DeepSpeed engine of one learner process."""
 
     def __init__(self, model: str, cfg: LearnerConfig, grpo: GrpoConfig, *, temperature: float,
-                 total_steps: int | None = None) -> None:
+                 total_steps: int | None = None, init_adapter: Path | None = None) -> None:
         init_distributed(cfg.device)
         self.cfg, self.grpo, self.temperature = cfg, grpo, temperature
         self.device = torch.device(cfg.device)
         self.on_gpu = self.device.type == "cuda"
-        self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps))
+        self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps), init_adapter)
         self.model, self.engine, self.scheduler = self.pe.model, self.pe.engine, self.pe.scheduler
         self.pad_id, self.trainable_params = self.pe.pad_id, self.pe.trainable_params
         self.optimizer_steps = 0

@@ -109,6 +109,9 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
 
     from rl_kernels.policy.models import resolve_model
 
+    if cfg.policy.init_adapter is not None:
+        raise ConfigError("rl-kernels sft trains an adapter on the base model; policy.init_adapter is what "
+                          "`train` starts from (set it to the adapter this job writes), unset it here")
     out = Path(cfg.run_dir) / SFT_DIR
     out.mkdir(parents=True, exist_ok=True)
     loaded = _read(cfg, progress)

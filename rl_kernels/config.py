@@ -285,6 +285,18 @@ class PolicyConfig(_Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     batch_size: int = Field(8, ge=1)           # sequences per generate() call on one generator
+    init_adapter: Path | None = Field(None, description=(
+        "A PEFT adapter (e.g. RUN/sft/adapter from `rl-kernels sft`) merged into the base weights by "
+        "generators and learner at load: the policy's version 0 and the KL reference; None starts "
+        "from the base model"))
+
+    @field_validator("init_adapter")
+    @classmethod
+    def _adapter_dir(cls, v: Path | None) -> Path | None:
+        if v is not None and not (Path(v) / "adapter_config.json").is_file():
+            raise ValueError(f"policy.init_adapter {v} is not a PEFT adapter directory (no adapter_config.json); "
+                             "`rl-kernels sft` writes one to RUN_DIR/sft/adapter")
+        return v
 
 
 class PromptConfig(_Strict):

@@ -33,6 +33,7 @@ def make_policy(cfg: PolicyConfig, *, max_loaded_adapters: int) -> PolicyBackend
             dtype=torch_dtype(cfg.dtype, cfg.device),
             max_loaded_adapters=max_loaded_adapters,
             batch_size=cfg.batch_size,
+            init_adapter=cfg.init_adapter,
         )
     raise NotImplementedError(
         f"policy.backend={cfg.backend!r} is not implemented yet (the vLLM backend is a later "

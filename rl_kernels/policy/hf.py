@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoTokenizer, GenerationConfig
 
 from rl_kernels.policy.base import BASE_VERSION, Completion, Messages, SamplingParams, adapter_name
-from rl_kernels.policy.models import resolve_model
+from rl_kernels.policy.models import load_causal_lm, resolve_model
 
 
 class HFPolicy:
@@ -46,6 +46,7 @@ class HFPolicy:
         dtype: torch.dtype | None = None,
         max_loaded_adapters: int = 4,
         batch_size: int = 8,
+        init_adapter: Path | None = None,
     ) -> None:
         if max_loaded_adapters < 1:
             raise ValueError(f"max_loaded_adapters must be >= 1, got {max_loaded_adapters}")
@@ -56,7 +57,7 @@ class HFPolicy:
             dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
         path = resolve_model(model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        base = load_causal_lm(path, dtype, init_adapter).to(self.device).eval()
         self._stop_ids = _stop_token_ids(self.tokenizer.eos_token_id, base.generation_config)
         pad = self.tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else self._stop_ids[0]

@@ -46,6 +46,23 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "rl_kernels" / "models"
 
 
+def load_causal_lm(name_or_path: str | Path, dtype: object, merge_adapter: Path | None = None) -> object:
+    """The base causal LM, with `merge_adapter` (a PEFT directory, e.g. a warm start's) merged into
+    its weights: generators and the learner load the same merged model, so it is the policy's
+    version 0 and the reference a KL term measures against."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(name_or_path), dtype=dtype)
+    if merge_adapter is None:
+        return model
+    if not (Path(merge_adapter) / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"policy.init_adapter {merge_adapter} is not a PEFT adapter directory "
+                                "(no adapter_config.json)")
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, str(merge_adapter)).merge_and_unload()
+
+
 def resolve_model(name_or_path: str | Path, cache_dir: Path | None = None) -> Path:
     """Return a directory `from_pretrained` can load: an existing one as is, a known name from
     the cache, converting it on first use."""

@@ -82,3 +82,10 @@ def test_single_gpu_smoke_run_must_say_it_shares_the_device() -> None:
     cfg = load_config(None, ["eval.backend=cuda", "policy.device=cuda", "cluster.generator_num_gpus=0.5",
                              "eval.shared_device=true"])
     assert cfg.eval.shared_device and cfg.cluster.generator_num_gpus == 0.5
+
+
+def test_an_initial_adapter_must_be_an_adapter_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a PEFT adapter directory"):
+        load_config(None, [f"policy.init_adapter={tmp_path}"])
+    (tmp_path / "adapter_config.json").write_text("{}")
+    assert load_config(None, [f"policy.init_adapter={tmp_path}"]).policy.init_adapter == tmp_path

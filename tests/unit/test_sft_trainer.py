@@ -1,6 +1,7 @@
 """The supervised warm start on a real DeepSpeed engine (CPU, world of one) with a tiny Llama and
 PEFT LoRA: the loss on its data falls, the policy then samples the answer it was taught, and the
-saved adapter is the one a later engine continues from."""
+saved adapter, merged into the base weights, is a later run's starting point for both the
+generators (version 0) and the learner (a fresh LoRA on top)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ def test_sft_teaches_the_answer_and_its_adapter_carries_over(model_dir: Path, tm
     policy = HFPolicy(model_dir)
     policy.load_adapter(1, adapter)
     out = policy.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=0.05, seed=0), 1)
+    assert all(c[0].text.strip() == ANSWER for c in out), [c[0].text for c in out]
+    # policy.init_adapter: merged into the base weights, the warm start is a GRPO run's version 0
+    warm = HFPolicy(model_dir, init_adapter=adapter)
+    out = warm.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=0.05, seed=0), 0)
     assert all(c[0].text.strip() == ANSWER for c in out), [c[0].text for c in out]
 
     again = build_policy_engine(str(model_dir), cfg, lambda s: 1.0, init_adapter=adapter)
