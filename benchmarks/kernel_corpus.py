@@ -11,7 +11,7 @@ Prints one row per kernel: how it launches (own `__global__` or a CUTLASS device
 verdict, the evaluator's candidate time and speedup against its best baseline and against
 torch.matmul, and do_bench's times and speedup against torch.matmul.  `--build-only` stops after the
 build phase (to compare `--jobs` settings on a fresh `eval.build.cache_dir`).  Writes OUT/corpus.json
-and OUT/corpus.md.
+after the build phase and after every kernel (a run cut short keeps what it measured), and OUT/corpus.md.
 """
 
 from __future__ import annotations
@@ -110,7 +110,9 @@ def main() -> int:
                               "build_s_per_kernel": {p.name: b.seconds for (_, p), b in zip(pairs, builds)}}
     print(f"build phase: {len(pairs)} kernels, {args.jobs} jobs, {build_wall:.1f} s wall, "
           f"{report['built']} built", flush=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    report["rows"] = rows
+    (out / "corpus.json").write_text(json.dumps(report, indent=1))   # a run cut short keeps its builds
     if not args.build_only:
         evaluator = Evaluator(cfg.eval)
         for (task, path), (_, source), build in zip(pairs, sources, builds):
@@ -120,6 +122,7 @@ def main() -> int:
                 "build_path": m.extra.get("build_path"), "ours_ms": m.candidate_ms, "best_baseline": m.baseline,
                 "best_baseline_ms": m.baseline_ms, "speedup": m.speedup,
                 "ours_torch_matmul_ms": m.baselines_ms.get("torch_matmul"),
+                "launches": {k: v for k, v in (m.extra.get("launches") or {}).items() if k != "foreign_names"},
                 "detail": "" if m.correct else m.detail[:160].replace("\n", " ")}
             if m.correct and task.hgemm is not None:
                 ref = do_bench_artifact(build, task.hgemm, Path(cfg.eval.build.cache_dir) / "corpus" / path.stem)
@@ -131,8 +134,7 @@ def main() -> int:
                                speedup_vs_matmul_do_bench=ref["torch_matmul_ms"] / ref["candidate_ms"])
             rows.append(row)
             print(json.dumps(row), flush=True)
-    report["rows"] = rows
-    (out / "corpus.json").write_text(json.dumps(report, indent=1))
+            (out / "corpus.json").write_text(json.dumps(report, indent=1))
     cols = ["kernel", "launch", "verdict", "ours_ms", "best_baseline", "speedup", "do_bench_ms", "ours_vs_do_bench",
             "speedup_vs_matmul_ours", "speedup_vs_matmul_do_bench"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

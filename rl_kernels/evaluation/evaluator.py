@@ -255,6 +255,7 @@ class Evaluator:
             res = sandbox.run_job(job, build.artifact, build.artifact_name, self.cfg.backend,
                                   self.cfg.sandbox, self._threads(), self._readable(job),
                                   self._hidden(), kept)
+        m.extra["phase_s"] = res.phase_s
         failure = res.failure()
         if failure is not None:
             self._reject(m, failure[0], failure[1])

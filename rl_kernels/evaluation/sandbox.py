@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ class SandboxResult:
     stderr_tail: str = ""
     leftover_processes: bool = False
     hung_after_s: float | None = None   # the watchdog's silence limit, when it was the watchdog that fired
+    phase_s: dict[str, float] = field(default_factory=dict)   # seconds spent in each phase, "start" = process start
 
     def failure(self) -> tuple[Reason, str] | None:
         """The reason this run produced no usable verdict, if it did not."""
@@ -120,6 +121,7 @@ class _Progress:
         self.lines: list[str] = []
         self.last_at = time.monotonic()
         self.watched = False      # the candidate is loaded: silence now means a call that never returned
+        self.marks: list[tuple[str, float]] = [("start", self.last_at)]   # (phase, when it began)
 
     def read(self, fd: int) -> None:
         with os.fdopen(fd, "r") as f:
@@ -127,6 +129,25 @@ class _Progress:
                 self.lines.append(line)
                 self.last_at = time.monotonic()
                 self.watched = self.watched or any(p in line for p in _WATCHED_PHASES)
+                if line.startswith('{"phase"'):
+                    self._mark(line)
+
+    def _mark(self, line: str) -> None:
+        """Notes when a phase began; a malformed line (candidate code can write here too) is ignored."""
+        try:
+            name = json.loads(line)["phase"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if isinstance(name, str) and len(self.marks) < 64:
+            self.marks.append((name[:32], self.last_at))
+
+    def phase_seconds(self, end: float) -> dict[str, float]:
+        """Where the worker's time went: each phase's seconds until the next began (or `end`)."""
+        ends = [t for _, t in self.marks[1:]] + [end]
+        spent: dict[str, float] = {}
+        for (name, began), ended in zip(self.marks, ends):
+            spent[name] = round(spent.get(name, 0.0) + ended - began, 3)
+        return spent
 
 
 def _wait(proc: subprocess.Popen, progress: _Progress, timeout_s: float, watchdog_s: float | None) -> str | None:
@@ -206,7 +227,8 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
         if proc.returncode == confine.STAGE_FAILED and phase == "start" and payload is None:
             raise confine.ConfinementError(f"the sandbox could not be set up: {tail.strip()[-600:]}")
         return SandboxResult(payload, proc.returncode, timed_out, phase, seconds, tail,
-                             leftover and not timed_out, job.get("watchdog_s") if stopped == "hung" else None)
+                             leftover and not timed_out, job.get("watchdog_s") if stopped == "hung" else None,
+                             progress.phase_seconds(t0 + seconds))
     finally:
         if not cfg.keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)

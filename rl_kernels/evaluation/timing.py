@@ -119,19 +119,25 @@ class LaunchBook:
 
     recent: deque[float]                      # its last host launch times (ms)
     last: tuple[float, float] | None = None   # (spin ms, host ms) of its previous call
-    growth_followed: int = 0                  # times its host time grew with the spin before it
+    spin_followed: int = 0                    # calls whose host time followed the spin before them
 
     @property
     def waits_for_the_device(self) -> bool:
         """Its calls synchronise with the device: their host time includes the spin queued before
         them, so a longer spin only makes them longer (seen twice, so one host spike is not enough)."""
-        return self.growth_followed >= 2
+        return self.spin_followed >= 2
 
-    def add(self, spin_ms: float, host_ms: float) -> None:
+    def add(self, spin_ms: float, host_ms: float, *, at_cap: bool = False) -> None:
+        """Books one call.  Its host time followed the spin when the spin grew and the host time
+        grew by at least half as much, or when the spin was at its cap (`at_cap`: it can grow no
+        more, so growth cannot be seen again) and the host time still covered it whole.  A side
+        that launches asynchronously takes the same host time whatever the spin, and the adaptive
+        spin is `launch_cover_margin` times its slowest recent launch: it covers neither."""
         if self.last is not None:
             (spin0, host0), (spin1, host1) = self.last, (spin_ms, host_ms)
-            if spin1 > 1.5 * spin0 and host1 - host0 > 0.5 * (spin1 - spin0):
-                self.growth_followed += 1
+            grew = spin1 > 1.5 * spin0 and host1 - host0 > 0.5 * (spin1 - spin0)
+            if grew or (at_cap and host1 >= spin1):
+                self.spin_followed += 1
         self.last = (spin_ms, host_ms)
         self.recent.append(host_ms)
 
@@ -197,7 +203,8 @@ class IntervalClock:
         start.record()
         out = side.run(i)
         spin_ms = cover / self.cycles_per_ms if self.cycles_per_ms else 0.0
-        self.book(side).add(spin_ms, (self.perf_counter() - t0) * 1e3)
+        self.book(side).add(spin_ms, (self.perf_counter() - t0) * 1e3,
+                            at_cap=cover >= self.cfg.launch_cover_max_cycles > self.cfg.launch_cover_cycles)
         if guard:
             self.sync()
         end.record()

@@ -411,6 +411,7 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
         return result
 
     # Warm the baseline (and torch.compile) before any candidate code exists in this process.
+    report.phase("warm")
     warm = problem.make_set("normal", seed)
     problem.call_baseline(job["baseline"], warm)
     sync(device)

@@ -67,6 +67,10 @@ def test_cuda_l2_modes_on_cpu(mode: str, cpu_config: EvalConfig) -> None:
     m = Evaluator(cfg).evaluate(get_task(TASK), _honest())
     assert m.correct and m.mode == mode and m.samples >= 30
     assert m.candidate_ms > 0 and m.baseline_ms > 0
+    # where the worker's time went, phase by phase, in the order the worker went through them
+    assert list(m.extra["phase_s"]) == ["start", "setup", "warm", "load", "correctness", "timing"]
+    assert all(v >= 0 for v in m.extra["phase_s"].values())
+    assert sum(m.extra["phase_s"].values()) <= m.eval_seconds
 
 
 def test_a_kernel_that_needs_more_of_torch_than_the_shim_builds_against_torch(cpu_config: EvalConfig) -> None:

@@ -107,6 +107,23 @@ def test_a_side_whose_host_time_follows_the_spin_waits_for_the_device() -> None:
     assert book.waits_for_the_device
 
 
+def test_a_synchronising_call_that_sends_the_spin_to_its_cap_at_once_waits_for_the_device() -> None:
+    # A 5 ms synchronising call: the first adapted spin is already the cap (10 ms), so the spin
+    # grows once and never again; the host time still covers the whole spin at the cap.
+    book = _feed(LaunchBook(deque(maxlen=8)), [(0.05, 5.1), (10.0, 15.1)])
+    assert not book.waits_for_the_device
+    book.add(10.0, 15.2, at_cap=True)
+    assert book.waits_for_the_device
+
+
+def test_a_slow_asynchronous_launch_at_the_cap_is_not_mistaken_for_a_synchronising_one() -> None:
+    # 6 ms on the host whatever the spin: the spin goes to its cap and stays, never covered.
+    book = _feed(LaunchBook(deque(maxlen=8)), [(0.05, 6.0)])
+    for _ in range(20):
+        book.add(10.0, 6.0, at_cap=True)
+    assert not book.waits_for_the_device
+
+
 def test_a_host_heavy_launch_is_not_mistaken_for_a_synchronising_one() -> None:
     # 0.5 ms on the host whatever the spin (torch.compile's guards), with one spike.
     calls = [(0.1, 0.5), (1.0, 0.5), (1.0, 0.9), (1.8, 1.6), (3.2, 0.5), (3.2, 0.5)]

@@ -1,0 +1,25 @@
+"""The parent's book of the worker's phases: what the time went to, whatever the pipe carries."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rl_kernels.evaluation.sandbox import _Progress
+
+
+def test_phase_seconds_follow_the_lines_and_ignore_what_is_not_a_phase() -> None:
+    progress = _Progress()
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(write_fd, "w") as w:
+        w.write('{"phase": "setup"}\n{"phase": "load"}\n')
+        w.write('{"phase": not json\n{"phase": 7}\n{"phase"}\n{"beat": 1}\n')   # candidate code may write here
+        w.write('{"phase": "timing"}\n')
+    progress.read(read_fd)
+    names = [name for name, _ in progress.marks]
+    assert names == ["start", "setup", "load", "timing"]
+    end = progress.marks[-1][1] + 2.0
+    spent = progress.phase_seconds(end)
+    assert list(spent) == names and spent["timing"] == 2.0
+    assert sum(spent.values()) == pytest.approx(end - progress.marks[0][1], abs=0.01)
