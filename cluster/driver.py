@@ -32,13 +32,14 @@ from actors.generator import GENERATOR_FAILED, generate_or_fail
 from actors.timer import evaluate_or_fail
 from cluster.graph import ProducerGraph, build_graph, kill_graph, start_ray
 from rl_kernels.archive import KernelArchive
-from rl_kernels.config import Config, dump_config
+from rl_kernels.config import Config, ConfigError, dump_config
 from rl_kernels.metrics import MetricsSink, group_metrics
 from rl_kernels.policy import BASE_VERSION, Completion
 from rl_kernels.policy.factory import sampling_params
 from rl_kernels.prompts import parse_completion
 from rl_kernels.rollout import SEED_POLICY_VERSION, Tally, TaskCycle, build_failure, make_prompt, trajectory
 from rl_kernels.tasks import load_suite
+from rl_kernels.tasks.split import task_split
 from rl_kernels.trajectories import FILENAME as TRAJECTORIES, Group, Trajectory
 from rl_kernels.types import Measurement, Task
 
@@ -52,13 +53,19 @@ class RunDirError(RuntimeError):
 
 
 def select_tasks(cfg: Config) -> list[Task]:
+    """The suite's training tasks (held-out ones never get a training prompt), or `rollout.tasks`."""
+    split = task_split(cfg.split)
     tasks = load_suite(cfg.suite)
     if cfg.rollout.tasks is None:
-        return tasks
+        train = split.train(tasks)
+        if not train:
+            raise ConfigError(f"every task of suite {cfg.suite!r} is held out (split.*): nothing to train on")
+        return train
     by_id = {t.id: t for t in tasks}
     unknown = [t for t in cfg.rollout.tasks if t not in by_id]
     if unknown:
         raise ValueError(f"rollout.tasks names tasks not in suite {cfg.suite!r}: {unknown}")
+    split.refuse_heldout(cfg.rollout.tasks, "rollout.tasks")
     return [by_id[t] for t in cfg.rollout.tasks]
 
 

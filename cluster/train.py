@@ -6,7 +6,9 @@ the newest published policy version. The consumer half is the learner loop here:
     get_batch (waits, counted as learner idle) -> learner.train_step -> a new version is published
     -> buffer.set_version (stale groups dropped, producer slots freed) -> generators load the
     adapter (in the background; a generator that lacks a version loads it on first use anyway)
-    -> metrics and the console line -> every `train.checkpoint_every` steps, a checkpoint.
+    -> metrics and the console line -> every `train.checkpoint_every` steps, a checkpoint;
+    every `split.eval_every_versions` versions, a held-out check of the new version (in the
+    background, through the same generators and timers; rl_kernels/heldout.py).
 
 Both halves run concurrently; the buffer's staleness budget is the only coupling, so generation,
 builds, timing and training overlap up to `rollout.max_staleness` versions. The run ends after
@@ -22,9 +24,13 @@ import statistics
 import time
 from typing import Any
 
+from actors.generator import generate_or_fail
 from cluster.driver import RolloutDriver
 from cluster.graph import ProducerGraph
+from rl_kernels.heldout import TaskTally, append_report, heldout_metrics, heldout_prompt, heldout_sampling, summarize
 from rl_kernels.metrics import MetricsSink, group_metrics
+from rl_kernels.tasks import load_suite
+from rl_kernels.tasks.split import task_split
 from rl_kernels.trajectories import Group
 
 log = logging.getLogger(__name__)
@@ -47,6 +53,9 @@ class TrainDriver(RolloutDriver):
         self._weight_sync_s: list[float] = []
         self._announcing: set[asyncio.Task[None]] = set()
         self._history: list[dict[str, float]] = []   # per step: reward, correct rate, version
+        self._heldout_tasks = task_split(self.cfg.split).heldout(load_suite(self.cfg.suite))
+        self._heldout_checks: set[asyncio.Task[None]] = set()
+        self.heldout: list[dict[str, Any]] = []     # one summary per checked version
 
     # ---- hooks of the rollout driver ------------------------------------------------------------
     async def _prepare(self, graph: ProducerGraph) -> None:
@@ -103,6 +112,8 @@ class TrainDriver(RolloutDriver):
             self._learner_done = True
         if self._announcing:
             await asyncio.gather(*self._announcing)
+        if self._heldout_checks:
+            await asyncio.gather(*self._heldout_checks)
         await self._checkpoint(graph)
 
     def _steps_per_hour(self, wall: float) -> float:
@@ -133,6 +144,11 @@ class TrainDriver(RolloutDriver):
             self._announcing.add(task)
             task.add_done_callback(self._announcing.discard)
             out["learner/dropped_stale_groups"] = len(dropped)
+            every = self.cfg.split.eval_every_versions
+            if every and self._heldout_tasks and version % every == 0:
+                check = asyncio.create_task(self._check_heldout(graph, version, path))
+                self._heldout_checks.add(check)
+                check.add_done_callback(self._heldout_checks.discard)
         batch = group_metrics(groups)
         wall = max(time.monotonic() - self.t0, 1e-9)
         record = {**out, **{f"batch/{k.split('/', 1)[1]}": v for k, v in batch.items()},
@@ -147,6 +163,31 @@ class TrainDriver(RolloutDriver):
                               "reward": batch.get("rollout/reward_mean", 0.0),
                               "correct": batch.get("rollout/correct_rate", 0.0)})
         print(self._console_line(graph, out, batch), flush=True)
+
+    async def _check_heldout(self, graph: ProducerGraph, version: int, path: str) -> None:
+        """`version` on the held-out tasks through the same generators, compile pool and timers;
+        logged as heldout/* at the current step and appended to heldout.jsonl, never archived or
+        trained on (rl_kernels/heldout.py)."""
+        params = heldout_sampling(self.cfg)
+        backend = self.cfg.eval.backend
+        tallies = []
+        for task in self._heldout_tasks:
+            async with graph.generators.use() as generator:
+                out, _ = await generate_or_fail(generator, [heldout_prompt(task, backend)], params, version,
+                                                adapter_path=path, retries=self.cfg.cluster.actor_retries,
+                                                restart_timeout_s=self.cfg.cluster.restart_timeout_s)
+            tally = TaskTally(task.id)
+            for t in await self._score(graph, task, out[0] if out else []):
+                tally.add(t.detail or None, t.measurement)
+            tallies.append(tally)
+        summary = summarize(tallies, version)
+        append_report(self.run_dir, summary)
+        self.heldout.append({k: v for k, v in summary.items() if k != "per_task"})
+        self._sink.log(heldout_metrics(summary), step=self.step)
+        g = summary["geomean_speedup"]
+        print(f"held-out v{version}: pass@1 {summary['pass@1']:.2f} pass@{summary['k']} {summary['pass@k']:.2f} "
+              f"compiled {summary['compile_rate']:.2f} correct {summary['correct_rate']:.2f} "
+              f"geomean {f'{g:.2f}x' if g else '-'} ({summary['solved']}/{summary['tasks']} solved)", flush=True)
 
     async def _announce(self, graph: ProducerGraph, version: int, path: str) -> None:
         """Every generator loads `version` (they keep max_staleness + 2; older ones drop out)."""
@@ -181,7 +222,7 @@ class TrainDriver(RolloutDriver):
                 "learner_idle_ratio": self._learner_wait_s / wall,
                 "steps_per_hour": self._steps_per_hour(wall),
                 "weight_sync_s_median": statistics.median(self._weight_sync_s) if self._weight_sync_s else None,
-                "best_kernels": self.archive.summary()}
+                "best_kernels": self.archive.summary(), "heldout": self.heldout}
 
 
 def _as_rng_state(state: Any) -> tuple[Any, ...]:

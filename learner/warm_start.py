@@ -24,8 +24,9 @@ from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.prompts.builder import Exemplar
 from rl_kernels.prompts.parsing import parse_completion
 from rl_kernels.sft.examples import SftExample, make_example, measured_note
-from rl_kernels.sft.sources import Loaded, read_source
+from rl_kernels.sft.sources import Loaded, Skipped, read_source
 from rl_kernels.sft.verify import VerifiedKernel, Verification, verify
+from rl_kernels.tasks.split import task_split
 
 SFT_DIR = "sft"
 
@@ -34,8 +35,15 @@ def _read(cfg: Config, progress: Callable[[str], None]) -> Loaded:
     if not cfg.sft.sources:
         raise ConfigError("sft.sources is empty: name at least one source (kind + path) to warm-start from")
     loaded = Loaded()
+    split = task_split(cfg.split)
     for src in cfg.sft.sources:
         got = read_source(src.kind, src.path, backend=cfg.eval.backend, accumulator=src.accumulator)
+        held = [it for it in got.items if split.is_heldout(it.task.id)]
+        if held and not src.drop_heldout:
+            split.refuse_heldout([it.task.id for it in held],
+                                 f"sft source {src.kind} {src.path} (set drop_heldout: true on it to skip them)")
+        got.items = [it for it in got.items if not split.is_heldout(it.task.id)]
+        got.skipped += [Skipped(it.origin, "heldout_task", f"{it.task.id} is held out of training") for it in held]
         progress(f"read {src.kind} {src.path}: {len(got.items)} kernels, {len(got.skipped)} skipped "
                  f"{dict(Counter(s.reason for s in got.skipped))}")
         loaded.extend(got)

@@ -1,4 +1,4 @@
-"""`rl-kernels` command line: eval | build | tasks | bench | rollout | train | sft | report.
+"""`rl-kernels` command line: eval | build | tasks | bench | rollout | train | sft | heldout | report.
 
 Every subcommand but `report` takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`)
 and `--dry-run`, which prints the resolved config and exits. `train --resume RUN_DIR` starts from
@@ -8,6 +8,7 @@ the run's own config.yaml, so only what changes (say, train.max_steps) needs an 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -32,10 +33,11 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _resolve(args: argparse.Namespace) -> Config:
     overrides = list(args.overrides)
     config = args.config
-    if getattr(args, "resume_dir", None):
-        run = Path(args.resume_dir)
+    run_arg = getattr(args, "resume_dir", None) or getattr(args, "run", None)
+    if run_arg:
+        run = Path(run_arg)
         if not (run / "config.yaml").is_file():
-            raise ConfigError(f"--resume {run}: no config.yaml there, so it is not a run directory")
+            raise ConfigError(f"{run}: no config.yaml there, so it is not a run directory")
         config = config or run / "config.yaml"
         overrides.append(f"run_dir={run}")
     if args.backend:
@@ -291,6 +293,43 @@ def cmd_sft(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+def cmd_heldout(args: argparse.Namespace, cfg: Config) -> int:
+    """The run's policy (its newest published version, or --version) on the held-out tasks."""
+    run = Path(cfg.run_dir)
+    # stdout carries the result: what libraries print while they load goes to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        summary = _heldout(args, cfg, run)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        g = summary["geomean_speedup"]
+        print(f"held-out v{summary['version']}: pass@1 {summary['pass@1']:.2f}, pass@{summary['k']} "
+              f"{summary['pass@k']:.2f} over {summary['tasks']} tasks; compiled {summary['compile_rate']:.0%}, "
+              f"correct {summary['correct_rate']:.0%} of {summary['samples']} samples; geomean speedup "
+              f"{f'{g:.3f}x' if g else '-'} over {summary['solved']} solved task(s); appended to {run / 'heldout.jsonl'}")
+    return 0
+
+
+def _heldout(args: argparse.Namespace, cfg: Config, run: Path) -> dict[str, Any]:
+    from learner.publish import adapter_dir, published_versions
+    from rl_kernels.heldout import append_report, evaluate_heldout
+    from rl_kernels.tasks import load_suite
+    from rl_kernels.tasks.split import task_split
+
+    versions = published_versions(run)
+    version = args.version if args.version is not None else (versions[-1] if versions else 0)
+    if version and version not in versions:
+        raise ConfigError(f"{run} has no published adapter v{version} (published: {versions or 'none'})")
+    tasks = task_split(cfg.split).heldout(load_suite(cfg.suite))
+    if not tasks:
+        raise ConfigError(f"suite {cfg.suite!r} has no held-out tasks under this config's split.*")
+    print(f"held-out: policy v{version} on {len(tasks)} task(s), {cfg.split.samples} sample(s) each", flush=True)
+    summary = evaluate_heldout(cfg, tasks, version, adapter_dir(run, version) if version else None,
+                               lambda line: print(line, flush=True))
+    append_report(run, summary)
+    return summary
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Draw a run's curves from its files alone: no config is loaded, so any run directory works."""
     from rl_kernels.report import write_report
@@ -344,6 +383,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sft", help="supervised warm start: re-verify the configured kernels (sft.sources), train "
                                    "a LoRA adapter on them, sample and evaluate the result")
     _common(p)
+    p = sub.add_parser("heldout", help="sample a run's policy on the held-out tasks (never trained on) and report "
+                                       "pass@k, compile / correct rates and the geomean speedup")
+    p.add_argument("run", metavar="RUN_DIR", help="run directory (its config.yaml is the base config)")
+    p.add_argument("--version", type=int, help="policy version to sample (default: the newest published; 0: base)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    _common(p)
     p = sub.add_parser("report", help="draw a run's curves and speedups to PNG files and one HTML page")
     p.add_argument("run_dir", help="run directory (holds trajectories.jsonl and/or metrics.jsonl)")
     p.add_argument("--out", help="output directory (default: RUN_DIR/report)")
@@ -360,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(dump_config(cfg), end="")
             return 0
         handler = {"eval": cmd_eval, "build": cmd_build, "tasks": cmd_tasks, "bench": cmd_bench, "rollout": cmd_rollout,
-                   "train": cmd_train, "sft": cmd_sft}[args.command]
+                   "train": cmd_train, "sft": cmd_sft, "heldout": cmd_heldout}[args.command]
         return handler(args, cfg)
     except (ConfigError, TaskError) as exc:
         print(f"error: {exc}", file=sys.stderr)

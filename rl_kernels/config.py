@@ -437,6 +437,9 @@ class SftSourceConfig(_Strict):
     path: Path = Field(description="the file or directory to read")
     accumulator: Literal["fp16", "fp32"] = Field("fp32", description=(
         "cuda_l2 only: the hgemm accumulator the directory's kernels are evaluated against"))
+    drop_heldout: bool = Field(False, description=(
+        "skip this source's kernels for held-out tasks (counted as `heldout_task`) instead of refusing the "
+        "job; for sources that cover every task, such as a directory of 1000 hgemm shapes"))
 
 
 class SftConfig(_Strict):
@@ -461,6 +464,27 @@ class SftConfig(_Strict):
     seed: int = Field(0, description="the held-out draw and the example order")
 
 
+class SplitConfig(_Strict):
+    """The fixed train / held-out split of the tasks (rl_kernels/tasks/split.py) and held-out reporting."""
+
+    enabled: bool = Field(True, description=(
+        "hold tasks out of training; false trains on every task and leaves nothing to report held-out figures on"))
+    heldout_fraction: float = Field(0.2, ge=0.0, lt=1.0, description=(
+        "share of hgemm shapes and of a task directory's files held out (by hash, the same in every run); "
+        "built-in tasks use builtin/suite.yaml's list instead"))
+    heldout: list[str] | None = Field(None, description=(
+        "explicit held-out task ids, replacing every rule above (e.g. a benchmark's fixed test set)"))
+    salt: str = Field("rl-kernels-split-1", description=(
+        "changes which tasks the hash rule holds out; change it only for a new split (results before and "
+        "after are then on different tasks)"))
+    samples: int = Field(4, ge=1, description=(
+        "completions sampled per held-out task by `rl-kernels heldout` and train's periodic check "
+        "(the k of pass@k); each costs an evaluation"))
+    eval_every_versions: int = Field(0, ge=0, description=(
+        "`train` samples the held-out tasks after every this many published versions and logs heldout/* "
+        "metrics; 0 never (held-out evaluations share the timers with training)"))
+
+
 class Config(_Strict):
     run_dir: Path = Path("runs/default")
     suite: str = "builtin"
@@ -474,6 +498,7 @@ class Config(_Strict):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     sft: SftConfig = Field(default_factory=SftConfig)
+    split: SplitConfig = Field(default_factory=SplitConfig)
 
     @model_validator(mode="after")
     def _combinations(self) -> "Config":

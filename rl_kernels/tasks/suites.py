@@ -50,6 +50,17 @@ def builtin_manifest() -> dict[str, str]:
     return {str(name): str(desc) for name, desc in tasks.items()}
 
 
+def builtin_heldout() -> list[str]:
+    """The built-in tasks held out of training (suite.yaml's `heldout:` names; see tasks/split.py)."""
+    manifest_path = BUILTIN_DIR / "suite.yaml"
+    data = yaml.safe_load(manifest_path.read_text()) or {}
+    names = [str(n) for n in data.get("heldout") or []]
+    unknown = [n for n in names if n not in builtin_manifest()]
+    if unknown:
+        raise TaskError(f"{manifest_path}: `heldout:` names tasks that are not in `tasks:`: {unknown}")
+    return names
+
+
 def _builtin_task(name: str, description: str) -> Task:
     seeds = {}
     for backend in SEED_BACKENDS:
