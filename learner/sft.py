@@ -42,11 +42,12 @@ def encode_example(tokenizer: Any, ex: SftExample, max_answer_tokens: int) -> En
 class SftTrainer:
     """Owns the model, the LoRA adapter and the DeepSpeed engine of one warm-start process."""
 
-    def __init__(self, model: str, cfg: LearnerConfig, *, total_steps: int | None = None) -> None:
+    def __init__(self, model: str, cfg: LearnerConfig, *, total_steps: int | None = None,
+                 init_adapter: Path | None = None) -> None:
         init_distributed(cfg.device)
         self.cfg = cfg
         self.device = torch.device(cfg.device)
-        self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps))
+        self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps), init_adapter)
         self.optimizer_steps = 0
 
     def _samples(self, batch: list[EncodedExample]) -> list[Sample]:

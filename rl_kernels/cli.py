@@ -1,4 +1,4 @@
-"""`rl-kernels` command line: eval | build | tasks | bench | rollout | train | sft | heldout | report.
+"""`rl-kernels` command line: eval | build | tasks | bench | rollout | train | sft | selftrain | heldout | report.
 
 Every subcommand but `report` takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`)
 and `--dry-run`, which prints the resolved config and exits. `train --resume RUN_DIR` starts from
@@ -279,6 +279,25 @@ def _archive_line(rows: list[dict[str, Any]]) -> str:
     return f"{sum(r['count'] for r in rows)} verified kernels; best " + (", ".join(map(best, rows)) or "-")
 
 
+def cmd_selftrain(args: argparse.Namespace, cfg: Config) -> int:
+    """Stage 2 on Ray (generators, compile pool, timers, buffer), the fine-tuning in this process."""
+    from cluster.driver import RunDirError
+    from cluster.selftrain import SelfTrainDriver
+
+    try:
+        s = SelfTrainDriver(cfg).run()
+    except RunDirError as exc:
+        raise ConfigError(str(exc).replace("pass --resume to continue it (archive and trajectories are appended "
+                                           "to) or ", "")) from None
+    kept = [r["selftrain/kept"] for r in s["rounds"]]
+    correct = [f"{r['selftrain/correct']}/{r['selftrain/samples']}" for r in s["rounds"]]
+    print(f"selftrain: {len(s['rounds'])} round(s), correct per round {', '.join(correct)}, kept {kept}, "
+          f"policy v{s['version']} (adapters/policy-v{s['version']}; start train from it with "
+          f"policy.init_adapter=... or sample it with `rl-kernels heldout {s['run_dir']}`); "
+          f"archive: {_archive_line(s['archive'])}")
+    return 0
+
+
 def cmd_sft(args: argparse.Namespace, cfg: Config) -> int:
     from learner.warm_start import run_warm_start
 
@@ -383,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sft", help="supervised warm start: re-verify the configured kernels (sft.sources), train "
                                    "a LoRA adapter on them, sample and evaluate the result")
     _common(p)
+    p = sub.add_parser("selftrain", help="self-training rounds: sample the policy through the rollout pipeline, keep "
+                                         "the verified kernels, fine-tune on them, publish the next version")
+    _common(p)
     p = sub.add_parser("heldout", help="sample a run's policy on the held-out tasks (never trained on) and report "
                                        "pass@k, compile / correct rates and the geomean speedup")
     p.add_argument("run", metavar="RUN_DIR", help="run directory (its config.yaml is the base config)")
@@ -405,7 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(dump_config(cfg), end="")
             return 0
         handler = {"eval": cmd_eval, "build": cmd_build, "tasks": cmd_tasks, "bench": cmd_bench, "rollout": cmd_rollout,
-                   "train": cmd_train, "sft": cmd_sft, "heldout": cmd_heldout}[args.command]
+                   "train": cmd_train, "sft": cmd_sft, "selftrain": cmd_selftrain,
+                   "heldout": cmd_heldout}[args.command]
         return handler(args, cfg)
     except (ConfigError, TaskError) as exc:
         print(f"error: {exc}", file=sys.stderr)

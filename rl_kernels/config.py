@@ -464,6 +464,26 @@ class SftConfig(_Strict):
     seed: int = Field(0, description="the held-out draw and the example order")
 
 
+class SelfTrainConfig(_Strict):
+    """`rl-kernels selftrain`: rounds of sample, keep what the evaluator verified, fine-tune on it
+    (cluster/selftrain.py; CUDA-L1's stage 2, REINFORCE with reward 1/0 and no baseline)."""
+
+    rounds: int = Field(3, ge=1, description=(
+        "sample-keep-train rounds; each that keeps something publishes the next adapter version"))
+    groups_per_task: int = Field(2, ge=1, description=(
+        "groups of policy.group_size completions sampled per training task and round; each completion "
+        "costs a build and an evaluation"))
+    keep: Literal["correct", "compiled"] = Field("correct", description=(
+        "which samples are trained on: verified correct (CUDA-L1's rule) or merely compiled (more data, "
+        "some of it wrong)"))
+    dedupe: bool = Field(True, description=(
+        "train once on each distinct kept answer of a task per round, so a repeated answer is not weighted up"))
+    epochs: int = Field(1, ge=1, description="passes over a round's kept samples; more fits them harder")
+    batch_size: int = Field(8, ge=1, description="samples per optimizer step (micro-batched by learner.micro_batch_size)")
+    max_answer_tokens: int = Field(2048, ge=16, description=(
+        "sampled tokens trained on per sample (the rest is cut); keep >= policy.max_new_tokens"))
+
+
 class SplitConfig(_Strict):
     """The fixed train / held-out split of the tasks (rl_kernels/tasks/split.py) and held-out reporting."""
 
@@ -499,6 +519,7 @@ class Config(_Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     sft: SftConfig = Field(default_factory=SftConfig)
     split: SplitConfig = Field(default_factory=SplitConfig)
+    selftrain: SelfTrainConfig = Field(default_factory=SelfTrainConfig)
 
     @model_validator(mode="after")
     def _combinations(self) -> "Config":

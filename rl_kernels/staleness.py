@@ -24,11 +24,12 @@ Every group id lives exactly one life; the id is never reused:
                           -> filtered(reason)   scored but useless to the learner (zero variance, ...)
                           -> failed(reason)     never scored (a crash; lost_on_restart after a resume)
 
-Search mode (`learner=False`, `rl-kernels rollout`): no learner publishes versions, so version 0
-is the only one and the rule above would stop production for good after (max_staleness + 1) *
-batch_groups groups. There the budget is a plain bound on work in flight: groups running or
+Search mode (`learner=False`, `rl-kernels rollout` and `selftrain`): no learner consumes a batch per
+version, so the rule above would stop production for good after (max_staleness + 1) * batch_groups
+groups. There the budget is a plain bound on work in flight: groups running or
 accepted-and-not-yet-consumed, (max_staleness + 1) * batch_groups of them at most; the consumer
-(the rollout driver) frees slots by consuming.
+(the driver) frees slots by consuming. The version stays 0 in `rollout`; `selftrain` publishes one
+between rounds, when nothing is in flight.
 
 The books (submitted == accepted + filtered + failed + running, and accepted == consumed +
 dropped_stale + buffered) are checked after every mutation. The object is pure: no threads, no I/O.
@@ -200,8 +201,6 @@ class StalenessManager:
     def set_version(self, version: int) -> None:
         """The learner published `version`. Re-announcing the current one (on resume) is a no-op."""
         _check_int("version", version, 0)
-        if not self.learner and version != self._version:
-            raise ValueError("search mode (learner=False) has no learner: the policy version stays 0")
         if version < self._version:
             raise ValueError(f"policy versions only grow: got v{version} after v{self._version}")
         self._version = version
