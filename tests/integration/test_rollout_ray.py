@@ -145,7 +145,10 @@ def test_rollout_scores_and_archives_every_group(ray_cluster: Any, model_dir: Pa
 
     trajs = [t for g in groups for t in g.trajectories]
     good = [t for t in trajs if t.measurement is not None and t.measurement.correct]
-    assert len(good) >= len(trajs) - 2, [t.measurement or t.detail for t in trajs]
+    # The memorizing policy samples its answer most of the time (>= 12 of 16, the test above), not
+    # always: every completion that is the answer must be scored correct; the others may be anything.
+    exact = [t for t in trajs if t.completion == ANSWER]
+    assert exact and all(t in good for t in exact), [t.measurement or t.detail for t in exact]
     # Identical kernels in a group were measured once (rollout.dedupe_group_sources), plus the seed.
     assert summary["evaluated"] == 1 + sum(len({t.source for t in g.trajectories if t.source}) for g in groups)
     for g in groups:

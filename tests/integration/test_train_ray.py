@@ -56,9 +56,15 @@ def _consumptions(run_dir: Path) -> list[dict[str, Any]]:
     return [r for r in read_records(run_dir) if r.get("event") in ("consumed", RESUMED)]
 
 
-def test_train_then_resume_after_a_lost_step(ray_cluster: Any, model_dir: Path, tmp_path: Path) -> None:
-    run, cache = tmp_path / "run", tmp_path / "cache"
-    first = TrainDriver(_config(run, model_dir, cache)).run()
+def test_train_then_resume_after_a_lost_step(ray_cluster: Any, model_dir: Path, cache_dir: Path,
+                                             tmp_path: Path) -> None:
+    # The session's build cache, as in the rollout tests: the precompiled torch header of the seeds'
+    # flags (-O3, ~50 s) is built once per session, not again here.  Nothing below depends on
+    # whether a build is a cache hit (the resumed run hits the first run's builds either way).
+    run, cache = tmp_path / "run", cache_dir
+    # One held-out check, of v3, through the same graph: builtin/gelu held out, two samples.
+    first = TrainDriver(_config(run, model_dir, cache, "split.heldout=[builtin/gelu]", "split.samples=2",
+                                "split.eval_every_versions=3")).run()
 
     assert (first["steps"], first["version"]) == (3, 3)
     versions = {g.group_id: g.policy_version for _, g in read_groups(run)}
@@ -74,6 +80,12 @@ def test_train_then_resume_after_a_lost_step(ray_cluster: Any, model_dir: Path, 
     assert [r["step"] for r in learner_rows] == [1, 2, 3]
     assert all(r["learner/tokens"] >= 0 and r["policy/version"] == r["step"] for r in learner_rows)
     assert json.loads((run / SUMMARY).read_text())["steps"] == 3
+    checks = [json.loads(line) for line in (run / "heldout.jsonl").read_text().splitlines()]
+    assert [(c["version"], c["tasks"], c["samples"]) for c in checks] == [(3, 1, 2)]
+    assert [t["task_id"] for t in checks[0]["per_task"]] == ["builtin/gelu"]
+    assert [h["version"] for h in first["heldout"]] == [3]
+    assert [r["step"] for r in read_metrics(run) if "heldout/pass@1" in r] == [3]
+    assert all(g.task_id != "builtin/gelu" for _, g in read_groups(run))   # never a training prompt
 
     # A crash after step 3, before its checkpoint: the newest checkpoint is step 2 (policy v2).
     shutil.rmtree(run / "checkpoints" / "step-3")

@@ -103,9 +103,11 @@ def test_every_evaluation_draws_fresh_entropy_and_records_it(cpu_config: EvalCon
     evaluator = Evaluator(cpu_config)
     first, second = (evaluator.evaluate(get_task(HGEMM), source) for _ in range(2))
     assert first.correct and second.correct, (first.detail, second.detail)
-    assert len(first.extra["seeds"]) == 1 and first.extra["seeds"] != second.extra["seeds"]
+    seeds = first.extra["seeds"] + second.extra["seeds"]      # one per measurement (more if re-measured)
+    assert len(seeds) >= 2 and len(set(seeds)) == len(seeds)
     fixed = Evaluator(cpu_config.model_copy(update={"seed": 7})).evaluate(get_task(HGEMM), source)
-    assert fixed.extra["seeds"] == [7]
+    # every measurement of it uses the fixed seed (a loaded machine may make the evaluator re-measure)
+    assert fixed.extra["seeds"] and set(fixed.extra["seeds"]) == {7}
 
 
 def test_a_flagged_speedup_earns_nothing(cpu_config: EvalConfig) -> None:
