@@ -48,7 +48,9 @@ def init_distributed(device: str) -> None:
         return
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    own_port = "MASTER_PORT" not in os.environ
+    if own_port:
+        os.environ["MASTER_PORT"] = str(_free_port())
     if not on_gpu and os.environ["WORLD_SIZE"] == "1":
         # DeepSpeed's cpu backend JIT-builds its shared-memory all-reduce op on init (~50 s on two
         # cores), which only a multi-process cpu world uses; its op table is meant to be edited.
@@ -56,6 +58,10 @@ def init_distributed(device: str) -> None:
 
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
+    if own_port:
+        # This world's store now listens on that port; a process started from here later (a Ray
+        # worker of the same driver) must not inherit it as its own rendezvous port.
+        del os.environ["MASTER_PORT"]
 
 
 def _free_port() -> int:

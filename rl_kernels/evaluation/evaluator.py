@@ -26,7 +26,7 @@ from rl_kernels.evaluation.compile_cache import KeptCompile
 from rl_kernels.evaluation.build import build_candidate, runnable_arch
 from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
 from rl_kernels.evaluation.guards import static_check
-from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.evaluation.reasons import CLOCK_GAP, Reason
 from rl_kernels.evaluation.reward import measurement_reward, noise_floor
 from rl_kernels.evaluation.roofline import min_time_ms
 from rl_kernels.evaluation.timing import median, rel_spread
@@ -215,6 +215,12 @@ class Evaluator:
         m.baselines_ms = all_ms
         m.baseline = baseline
         payload = self._measure(task, source, build, baseline, m)
+        if payload is None and m.rejected == Reason.TIMER_PATCHED.value and m.detail.startswith(CLOCK_GAP):
+            # The clock check compares wall time with events: host load (a busy machine, a timer
+            # sharing its cores) can push an honest window over the limit once; a forged clock fails
+            # every time.  One new measurement in a new process decides.
+            m.extra["clock_gap_remeasured"] = m.detail
+            payload = self._measure(task, source, build, baseline, m)
         if payload is None:
             return m
         self._score(task, payload, baseline, m)

@@ -42,7 +42,7 @@ from rl_kernels.evaluation.channel import ChannelClosed, recv_report, send_order
 from rl_kernels.evaluation.correctness import snapshot
 from rl_kernels.evaluation.inputs import DISTRIBUTIONS
 from rl_kernels.evaluation.problems import InputSet
-from rl_kernels.evaluation.reasons import Reason, Rejected
+from rl_kernels.evaluation.reasons import CLOCK_GAP, Reason, Rejected
 from rl_kernels.evaluation.sandbox import killed_by
 from rl_kernels.evaluation.shared import SharedSets, replicate, share
 from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, median, sm_clock_mhz
@@ -188,7 +188,7 @@ def check_clock(candidate: list[Window], baseline: list[Window], cfg: TimingConf
     allowed = cfg.clock_gap_factor * max(u_b, 0.0) + cfg.clock_gap_ms + base_ms + 2 * copy_ms
     if u_c > allowed:
         raise Rejected(Reason.TIMER_PATCHED, (
-            f"the runner's clock explains too little of its windows: {u_c:.3f} ms per call unexplained by its "
+            f"{CLOCK_GAP} of its windows: {u_c:.3f} ms per call unexplained by its "
             f"events against {u_b:.3f} ms for the baseline (allowed {allowed:.3f} ms)"))
     return {"candidate_unexplained_ms": u_c, "baseline_unexplained_ms": u_b, "allowed_ms": allowed}
 

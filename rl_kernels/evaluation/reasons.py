@@ -80,3 +80,8 @@ class Rejected(Exception):
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
+
+
+# How a `timer_patched` refusal of the split boundary's clock check starts: the evaluator measures
+# such a candidate once more before refusing it (host load can push one honest window over).
+CLOCK_GAP = "the runner's clock explains too little"

@@ -122,7 +122,10 @@ def test_a_flagged_speedup_earns_nothing(cpu_config: EvalConfig) -> None:
     assert m.speedup > cfg.reward.speedup_ceiling, f"precondition: the one-pass kernel ran at {m.speedup:.2f}x"
     assert m.flagged and "independent re-measurement" in m.flagged
     assert m.reward == cfg.reward.fail_reward
-    assert len(set(m.extra["seeds"])) == 1 + cfg.reward.remeasure_attempts   # each measurement on new inputs
+    # the suspicious speedup was re-measured (more measurements if host load also made one unstable
+    # or pushed a window over the clock check), each on new inputs
+    seeds = m.extra["seeds"]
+    assert len(seeds) >= 1 + cfg.reward.remeasure_attempts and len(set(seeds)) == len(seeds)
 
 
 def test_namespaces_can_be_turned_off_for_hosts_without_them(cpu_config: EvalConfig) -> None:
