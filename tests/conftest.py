@@ -1,7 +1,7 @@
 """Test tiers: unit (no Ray), integration (real builds, cpu backend), gpu (skipped without CUDA).
 
-`slow` tests compile torch extensions (tens of seconds each on 2 cores); they run by default in
-`make test` only where listed in SLOW_BY_DEFAULT, and all of them with `--runslow`.
+`slow` tests compile torch extensions (tens of seconds each on 2 cores); `make test` skips them,
+`--runslow` (`make test-all`) runs them.
 """
 
 from __future__ import annotations
