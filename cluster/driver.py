@@ -128,7 +128,7 @@ class RolloutDriver:
             in_flight: set[asyncio.Task[None]] = set()
             deadline = self.t0 + self.cfg.rollout.time_budget_s if self.cfg.rollout.time_budget_s else None
             while not self._should_stop(deadline):
-                gid = f"g{self._submitted:06d}-{uuid.uuid4().hex[:8]}"
+                gid = self._group_id()
                 version = await self._wait_slot(graph, gid, deadline)
                 if version is None:
                     break
@@ -183,22 +183,28 @@ class RolloutDriver:
             self._blocked_s += time.monotonic() - t0
 
     # ---- one group ------------------------------------------------------------------------------
-    async def _group(self, graph: ProducerGraph, gid: str, version: int, task: Task, bar: Any) -> None:
+    def _group_id(self) -> str:
+        """The id of the next group (numbered in submission order, unique across resumes)."""
+        return f"g{self._submitted:06d}-{uuid.uuid4().hex[:8]}"
+
+    async def _group(self, graph: ProducerGraph, gid: str, version: int, task: Task, bar: Any) -> Group | None:
+        """Produce, persist and count one group; None when it failed (its generator, or a driver bug)."""
         try:
             group = await self._produce(graph, gid, version, task)
             if group is None:
                 await graph.buffer.fail_group.remote(gid, GENERATOR_FAILED)
-                return
+                return None
             status = await graph.buffer.submit_group.remote(group)
         except Exception as exc:  # noqa: BLE001 - a driver bug: account for the group, then re-raise
             self._errors.append(exc)
             await graph.buffer.fail_group.remote(gid, DRIVER_ERROR)
-            return
+            return None
         self.tally.add(group, status)
         self._recent.append(group)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(self.tally.postfix(), refresh=False)
+        return group
 
     async def _produce(self, graph: ProducerGraph, gid: str, version: int, task: Task) -> Group | None:
         backend = self.cfg.eval.backend

@@ -23,11 +23,9 @@ import json
 import math
 import random
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from actors.generator import GENERATOR_FAILED
 from cluster.driver import RolloutDriver
 from cluster.graph import ProducerGraph, build_graph, kill_graph
 from learner.publish import publish_adapter
@@ -68,7 +66,6 @@ class SelfTrainDriver(RolloutDriver):
         self.say = (lambda line: print(line, flush=True)) if progress else (lambda line: None)
         self.rounds: list[dict[str, Any]] = []
         self.trainer: SftTrainer | None = None
-        self._sft_steps = 0
         self._rng = random.Random(cfg.rollout.seed)
 
     async def _run(self) -> dict[str, Any]:
@@ -85,6 +82,8 @@ class SelfTrainDriver(RolloutDriver):
             await self._seed_archive(graph)
             for r in range(1, sc.rounds + 1):
                 groups = await self._sample_round(graph, r)
+                if self._errors:
+                    break
                 record = await self._train_round(graph, r, groups)
                 self.rounds.append(record)
                 sink.log(record, step=r)
@@ -110,21 +109,21 @@ class SelfTrainDriver(RolloutDriver):
         done = [0]
 
         async def one(task: Task) -> Group | None:
-            gid = f"g{self._submitted:06d}-{uuid.uuid4().hex[:8]}"
+            gid = self._group_id()
             self._submitted += 1
             version = await self._wait_slot(graph, gid, None)
             assert version is not None
-            group = await self._produce(graph, gid, version, task)
+            group = await self._group(graph, gid, version, task, None)
             if group is None:
-                await graph.buffer.fail_group.remote(gid, GENERATOR_FAILED)
                 return None
-            self.tally.add(group, await graph.buffer.submit_group.remote(group))
             done[0] += 1
             correct = sum(bool(t.measurement and t.measurement.correct) for t in group.trajectories)
             self.say(f"round {r}: group {done[0]}/{len(wanted)} {task.id} v{version}: {correct}/{len(group.trajectories)} correct")
             return group
 
-        return [g for g in await asyncio.gather(*(one(t) for t in wanted)) if g is not None]
+        groups = [g for g in await asyncio.gather(*(one(t) for t in wanted)) if g is not None]
+        self._recent.clear()   # the rollout's ticker reports these; here the round record does
+        return groups
 
     async def _train_round(self, graph: ProducerGraph, r: int, groups: list[Group]) -> dict[str, Any]:
         sc = self.cfg.selftrain
@@ -161,5 +160,4 @@ class SelfTrainDriver(RolloutDriver):
             for b in range(math.ceil(len(order) / sc.batch_size)):
                 stats = self.trainer.train_step(order[b * sc.batch_size:(b + 1) * sc.batch_size])
                 losses.append(stats["sft/loss"])
-        self._sft_steps += len(losses)
         return losses

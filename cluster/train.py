@@ -27,7 +27,8 @@ from typing import Any
 from actors.generator import generate_or_fail
 from cluster.driver import RolloutDriver
 from cluster.graph import ProducerGraph
-from rl_kernels.heldout import TaskTally, append_report, heldout_metrics, heldout_prompt, heldout_sampling, summarize
+from rl_kernels.heldout import (TaskTally, append_report, heldout_metrics, heldout_prompt, heldout_sampling,
+                                summarize, summary_line)
 from rl_kernels.metrics import MetricsSink, group_metrics
 from rl_kernels.tasks import load_suite
 from rl_kernels.tasks.split import task_split
@@ -184,10 +185,7 @@ class TrainDriver(RolloutDriver):
         append_report(self.run_dir, summary)
         self.heldout.append({k: v for k, v in summary.items() if k != "per_task"})
         self._sink.log(heldout_metrics(summary), step=self.step)
-        g = summary["geomean_speedup"]
-        print(f"held-out v{version}: pass@1 {summary['pass@1']:.2f} pass@{summary['k']} {summary['pass@k']:.2f} "
-              f"compiled {summary['compile_rate']:.2f} correct {summary['correct_rate']:.2f} "
-              f"geomean {f'{g:.2f}x' if g else '-'} ({summary['solved']}/{summary['tasks']} solved)", flush=True)
+        print(summary_line(summary), flush=True)
 
     async def _announce(self, graph: ProducerGraph, version: int, path: str) -> None:
         """Every generator loads `version` (they keep max_staleness + 2; older ones drop out)."""

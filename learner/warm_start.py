@@ -38,11 +38,13 @@ def _read(cfg: Config, progress: Callable[[str], None]) -> Loaded:
     split = task_split(cfg.split)
     for src in cfg.sft.sources:
         got = read_source(src.kind, src.path, backend=cfg.eval.backend, accumulator=src.accumulator)
-        held = [it for it in got.items if split.is_heldout(it.task.id)]
+        train, held = [], []
+        for it in got.items:
+            (held if split.is_heldout(it.task.id) else train).append(it)
         if held and not src.drop_heldout:
             split.refuse_heldout([it.task.id for it in held],
                                  f"sft source {src.kind} {src.path} (set drop_heldout: true on it to skip them)")
-        got.items = [it for it in got.items if not split.is_heldout(it.task.id)]
+        got.items = train
         got.skipped += [Skipped(it.origin, "heldout_task", f"{it.task.id} is held out of training") for it in held]
         progress(f"read {src.kind} {src.path}: {len(got.items)} kernels, {len(got.skipped)} skipped "
                  f"{dict(Counter(s.reason for s in got.skipped))}")

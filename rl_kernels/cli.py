@@ -286,15 +286,14 @@ def cmd_selftrain(args: argparse.Namespace, cfg: Config) -> int:
 
     try:
         s = SelfTrainDriver(cfg).run()
-    except RunDirError as exc:
-        raise ConfigError(str(exc).replace("pass --resume to continue it (archive and trajectories are appended "
-                                           "to) or ", "")) from None
+    except RunDirError:
+        raise ConfigError(f"{cfg.run_dir} already holds a run and selftrain cannot resume one yet: "
+                          "set run_dir=... for a new one") from None
     kept = [r["selftrain/kept"] for r in s["rounds"]]
     correct = [f"{r['selftrain/correct']}/{r['selftrain/samples']}" for r in s["rounds"]]
     print(f"selftrain: {len(s['rounds'])} round(s), correct per round {', '.join(correct)}, kept {kept}, "
-          f"policy v{s['version']} (adapters/policy-v{s['version']}; start train from it with "
-          f"policy.init_adapter=... or sample it with `rl-kernels heldout {s['run_dir']}`); "
-          f"archive: {_archive_line(s['archive'])}")
+          f"policy v{s['version']} (adapters/policy-v{s['version']}; sample it with "
+          f"`rl-kernels heldout {s['run_dir']}`); archive: {_archive_line(s['archive'])}")
     return 0
 
 
@@ -321,11 +320,9 @@ def cmd_heldout(args: argparse.Namespace, cfg: Config) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        g = summary["geomean_speedup"]
-        print(f"held-out v{summary['version']}: pass@1 {summary['pass@1']:.2f}, pass@{summary['k']} "
-              f"{summary['pass@k']:.2f} over {summary['tasks']} tasks; compiled {summary['compile_rate']:.0%}, "
-              f"correct {summary['correct_rate']:.0%} of {summary['samples']} samples; geomean speedup "
-              f"{f'{g:.3f}x' if g else '-'} over {summary['solved']} solved task(s); appended to {run / 'heldout.jsonl'}")
+        from rl_kernels.heldout import HELDOUT_FILE, summary_line
+
+        print(f"{summary_line(summary)}; appended to {run / HELDOUT_FILE}")
     return 0
 
 

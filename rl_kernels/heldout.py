@@ -83,6 +83,15 @@ def heldout_metrics(summary: dict[str, Any]) -> dict[str, float]:
     return {f"heldout/{k}": float(summary[k]) for k in keys if summary.get(k) is not None}
 
 
+def summary_line(summary: dict[str, Any]) -> str:
+    """One console line of a held-out summary (the `heldout` command's and train's)."""
+    g = summary["geomean_speedup"]
+    return (f"held-out v{summary['version']}: pass@1 {summary['pass@1']:.2f}, pass@{summary['k']} "
+            f"{summary['pass@k']:.2f} over {summary['tasks']} tasks; compiled {summary['compile_rate']:.0%}, "
+            f"correct {summary['correct_rate']:.0%} of {summary['samples']} samples; geomean speedup "
+            f"{f'{g:.3f}x' if g else '-'} over {summary['solved']} solved task(s)")
+
+
 def heldout_prompt(task: Task, backend: str) -> list[dict[str, str]]:
     return build_prompt(task, backend, [], mode="plain")
 

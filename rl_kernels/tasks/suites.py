@@ -40,24 +40,29 @@ def list_suites() -> list[str]:
     return ["builtin", *HGEMM_SUITES]
 
 
-def builtin_manifest() -> dict[str, str]:
-    """name -> one-line description, in suite order, from builtin/suite.yaml."""
-    manifest_path = BUILTIN_DIR / "suite.yaml"
-    data = yaml.safe_load(manifest_path.read_text()) or {}
+MANIFEST_PATH = BUILTIN_DIR / "suite.yaml"
+
+
+def _manifest_tasks(data: dict) -> dict[str, str]:
     tasks = data.get("tasks")
     if not isinstance(tasks, dict) or not tasks:
-        raise TaskError(f"{manifest_path}: expected a non-empty `tasks:` mapping of name -> description")
+        raise TaskError(f"{MANIFEST_PATH}: expected a non-empty `tasks:` mapping of name -> description")
     return {str(name): str(desc) for name, desc in tasks.items()}
+
+
+def builtin_manifest() -> dict[str, str]:
+    """name -> one-line description, in suite order, from builtin/suite.yaml."""
+    return _manifest_tasks(yaml.safe_load(MANIFEST_PATH.read_text()) or {})
 
 
 def builtin_heldout() -> list[str]:
     """The built-in tasks held out of training (suite.yaml's `heldout:` names; see tasks/split.py)."""
-    manifest_path = BUILTIN_DIR / "suite.yaml"
-    data = yaml.safe_load(manifest_path.read_text()) or {}
+    data = yaml.safe_load(MANIFEST_PATH.read_text()) or {}
+    known = _manifest_tasks(data)
     names = [str(n) for n in data.get("heldout") or []]
-    unknown = [n for n in names if n not in builtin_manifest()]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise TaskError(f"{manifest_path}: `heldout:` names tasks that are not in `tasks:`: {unknown}")
+        raise TaskError(f"{MANIFEST_PATH}: `heldout:` names tasks that are not in `tasks:`: {unknown}")
     return names
 
 
