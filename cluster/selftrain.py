@@ -153,7 +153,8 @@ class SelfTrainDriver(RolloutDriver):
         sc = self.cfg.selftrain
         if self.trainer is None:
             init = Path(self.cfg.policy.init_adapter) if self.cfg.policy.init_adapter else None
-            self.trainer = SftTrainer(self.cfg.policy.model, self.cfg.learner, init_adapter=init)
+            learner = self.cfg.learner if sc.lr is None else self.cfg.learner.model_copy(update={"lr": sc.lr})
+            self.trainer = SftTrainer(self.cfg.policy.model, learner, init_adapter=init)
         losses = []
         for _ in range(sc.epochs):
             order = self._rng.sample(examples, len(examples))

@@ -41,12 +41,13 @@ def _read(cfg: Config, progress: Callable[[str], None]) -> Loaded:
         train, held = [], []
         for it in got.items:
             (held if split.is_heldout(it.task.id) else train).append(it)
-        if held and not src.drop_heldout:
+        # The built-in ladder covers every built-in task by design: its held-out rungs are dropped.
+        if held and not (src.drop_heldout or src.kind == "builtin"):
             split.refuse_heldout([it.task.id for it in held],
                                  f"sft source {src.kind} {src.path} (set drop_heldout: true on it to skip them)")
         got.items = train
         got.skipped += [Skipped(it.origin, "heldout_task", f"{it.task.id} is held out of training") for it in held]
-        progress(f"read {src.kind} {src.path}: {len(got.items)} kernels, {len(got.skipped)} skipped "
+        progress(f"read {src.kind} {src.path or '(packaged ladder)'}: {len(got.items)} kernels, {len(got.skipped)} skipped "
                  f"{dict(Counter(s.reason for s in got.skipped))}")
         loaded.extend(got)
     return loaded
@@ -131,10 +132,17 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
 
     def verified(item: Any, m: Any) -> None:
         done[0] += 1
-        progress(f"verified {done[0]}/{len(loaded.items)} {item.task.id}: "
+        progress(f"verified {done[0]}/{len(loaded.items)} {item.task.id} ({item.origin}): "
                  f"{m.rejected or ('correct ' + format(m.speedup or 0, '.2f') + 'x')}")
 
-    checked: Verification = verify(loaded.items, evaluator, cfg.sft.jobs or len(os.sched_getaffinity(0)), verified)
+    built = [0]
+
+    def on_built() -> None:
+        built[0] += 1
+        progress(f"built {built[0]}/{len(loaded.items)}")
+
+    checked: Verification = verify(loaded.items, evaluator, cfg.sft.jobs or len(os.sched_getaffinity(0)), verified,
+                                   on_built)
     if not checked.kept:
         raise ConfigError(f"no kernel passed verification ({checked.counts()}); nothing to warm-start on")
     train, held = _split(cfg, _examples(cfg, checked.kept))
@@ -142,7 +150,8 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
     enc_train = [encode_example(tokenizer, ex, cfg.sft.max_answer_tokens) for ex in train]
     enc_held = [encode_example(tokenizer, ex, cfg.sft.max_answer_tokens) for ex in held]
     steps_per_epoch = math.ceil(len(enc_train) / cfg.sft.batch_size)
-    trainer = SftTrainer(cfg.policy.model, cfg.learner, total_steps=cfg.sft.epochs * steps_per_epoch)
+    learner = cfg.learner if cfg.sft.lr is None else cfg.learner.model_copy(update={"lr": cfg.sft.lr})
+    trainer = SftTrainer(cfg.policy.model, learner, total_steps=cfg.sft.epochs * steps_per_epoch)
     held_before = trainer.token_loss(enc_held) if enc_held else None
     losses: list[float] = []
     rng = random.Random(cfg.sft.seed)

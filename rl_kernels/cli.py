@@ -239,16 +239,21 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     from cluster.train import TrainDriver
     from rl_kernels.report import write_report
 
+    if cfg.sft.before_train and cfg.policy.init_adapter is None and not args.resume_dir:
+        from learner.warm_start_cache import cached_warm_start
+
+        adapter = cached_warm_start(cfg, lambda line: print(line, flush=True))
+        cfg = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"init_adapter": adapter})})
     try:
         summary = TrainDriver(cfg, resume=bool(args.resume_dir)).run()
     except RunDirError as exc:
         raise ConfigError(str(exc).replace("pass --resume", f"pass --resume {cfg.run_dir}")) from None
     report = write_report(Path(cfg.run_dir))
-    print(_train_summary(summary, report.html))
+    print(_train_summary(summary, report.html, cfg.policy.init_adapter))
     return 0
 
 
-def _train_summary(s: dict[str, Any], report: Path) -> str:
+def _train_summary(s: dict[str, Any], report: Path, init_adapter: Path | None = None) -> str:
     trend = s["reward_trend"]
     fmt = lambda x: f"{x:.3f}" if x is not None else "-"  # noqa: E731
     best = s["best_speedup_per_task"]
@@ -258,6 +263,8 @@ def _train_summary(s: dict[str, Any], report: Path) -> str:
         f"({s['steps_per_hour']:.0f} steps/h, learner idle {s['learner_idle_ratio']:.2f})"
         + (f"; resumed at step {resumed['step']} (v{resumed['version']}, {resumed['requeued']} groups re-queued)"
            if resumed else ""),
+        "  stage: GRPO (stage 3) " + (f"from the warm-start adapter {init_adapter}" if init_adapter
+                                      else "from the base model (no warm start)"),
         f"  reward trend: first third of steps {fmt(trend['first_steps_reward'])} -> last third "
         f"{fmt(trend['last_steps_reward'])}; completions parsed {s['parsed']}, compiled {s['compiled']}, "
         f"correct {s['correct']} of {s['completions']}",

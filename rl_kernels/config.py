@@ -431,15 +431,24 @@ class TrainConfig(_Strict):
 class SftSourceConfig(_Strict):
     """One warm-start data source (rl_kernels/sft/sources.py)."""
 
-    kind: Literal["jsonl", "cuda_l2", "cuda_l1", "archive"] = Field(description=(
+    kind: Literal["jsonl", "cuda_l2", "cuda_l1", "archive", "builtin"] = Field(description=(
         "jsonl: {task, source[, analysis]} lines; cuda_l2: a directory of M_N_K.cu hgemm kernels; "
-        "cuda_l1: CUDA-L1's released results file; archive: an earlier run's archive.sqlite"))
-    path: Path = Field(description="the file or directory to read")
+        "cuda_l1: CUDA-L1's released results file; archive: an earlier run's archive.sqlite; builtin: the "
+        "packaged solution ladder of the built-in suite (no path; its held-out tasks are always dropped)"))
+    path: Path | None = Field(None, description="the file or directory to read; every kind but builtin needs one")
     accumulator: Literal["fp16", "fp32"] = Field("fp32", description=(
         "cuda_l2 only: the hgemm accumulator the directory's kernels are evaluated against"))
     drop_heldout: bool = Field(False, description=(
         "skip this source's kernels for held-out tasks (counted as `heldout_task`) instead of refusing the "
         "job; for sources that cover every task, such as a directory of 1000 hgemm shapes"))
+
+    @model_validator(mode="after")
+    def _path_given(self) -> "SftSourceConfig":
+        if self.kind == "builtin" and self.path is not None:
+            raise ValueError("sft source kind builtin reads the packaged ladder: leave path unset")
+        if self.kind != "builtin" and self.path is None:
+            raise ValueError(f"sft source kind {self.kind} needs a path (the file or directory to read)")
+        return self
 
 
 class SftConfig(_Strict):
@@ -460,8 +469,16 @@ class SftConfig(_Strict):
     sample_after: int = Field(2, ge=0, description=(
         "completions sampled per training task after training and evaluated, for the report's compile "
         "and correct rates; each costs an evaluation, 0 skips"))
+    lr: float | None = Field(None, gt=0, description=(
+        "the warm start's learning rate; unset: learner.lr (GRPO's, usually far lower than supervised "
+        "fine-tuning on a few hundred examples wants); higher fits faster and forgets more of the base"))
     jobs: int = Field(0, ge=0, description="parallel verification builds; 0: every core of this machine")
     seed: int = Field(0, description="the held-out draw and the example order")
+    before_train: bool = Field(False, description=(
+        "`train` without policy.init_adapter first runs this warm start (or reuses the adapter an earlier run "
+        "made from the same model, data and settings) and starts from it; costs one warm start the first time"))
+    cache_dir: Path | None = Field(None, description=(
+        "where before_train keeps warm-start runs by content key; default ~/.cache/rl_kernels/warm-start"))
 
 
 class SelfTrainConfig(_Strict):
@@ -479,6 +496,8 @@ class SelfTrainConfig(_Strict):
     dedupe: bool = Field(True, description=(
         "train once on each distinct kept answer of a task per round, so a repeated answer is not weighted up"))
     epochs: int = Field(1, ge=1, description="passes over a round's kept samples; more fits them harder")
+    lr: float | None = Field(None, gt=0, description=(
+        "the rounds' learning rate; unset: learner.lr; higher fits the kept samples faster and narrows the policy sooner"))
     batch_size: int = Field(8, ge=1, description="samples per optimizer step (micro-batched by learner.micro_batch_size)")
     max_answer_tokens: int = Field(2048, ge=16, description=(
         "sampled tokens trained on per sample (the rest is cut); keep >= policy.max_new_tokens"))

@@ -10,7 +10,8 @@ Sources:
 - a directory of CUDA-L2-style hgemm kernels named `M_N_K.cu` (one accumulator per directory);
 - CUDA-L1's released results (`optimized_cuda_code/*.json`: one JSON object per line pairing a
   KernelBench reference `ref_code` with its optimized `custom_code`, which may be null);
-- the archive of an earlier run (`archive.sqlite`: the kernels that passed every gate).
+- the archive of an earlier run (`archive.sqlite`: the kernels that passed every gate);
+- the built-in ladder (`tasks/ladder.py`: several solutions with analyses per built-in task).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from rl_kernels.tasks import TaskError, get_task
 from rl_kernels.tasks.module import parse_module_task
 from rl_kernels.types import Task
 
-SourceKind = Literal["jsonl", "cuda_l2", "cuda_l1", "archive"]
+SourceKind = Literal["jsonl", "cuda_l2", "cuda_l1", "archive", "builtin"]
 # Why an item of a source was not used (before verification).
 SkipReason = Literal["malformed", "unknown_task", "no_code", "not_a_kernel_name", "heldout_task"]
 _HGEMM_FILE = re.compile(r"^(\d+)_(\d+)_(\d+)\.cu$")
@@ -157,9 +158,20 @@ def read_archive(path: Path, backend: str) -> Loaded:
     return out
 
 
-def read_source(kind: SourceKind, path: Path, *, backend: str = "cpu",
+def read_builtin(backend: str) -> Loaded:
+    """The built-in ladder's rungs for one backend, each with its analysis."""
+    from rl_kernels.tasks.ladder import load_ladder
+
+    return Loaded(items=[SftItem(r.task, r.source, r.analysis, r.origin) for r in load_ladder(backend)])
+
+
+def read_source(kind: SourceKind, path: Path | None, *, backend: str = "cpu",
                 accumulator: Literal["fp16", "fp32"] = "fp32") -> Loaded:
-    """One configured data source, by kind."""
+    """One configured data source, by kind (`builtin` has no path: the ladder ships with the package)."""
+    if kind == "builtin":
+        return read_builtin(backend)
+    if path is None:
+        raise ValueError(f"SFT source kind {kind!r} needs a path")
     if kind == "jsonl":
         return read_jsonl(path)
     if kind == "cuda_l2":
@@ -168,4 +180,4 @@ def read_source(kind: SourceKind, path: Path, *, backend: str = "cpu",
         return read_cuda_l1(path)
     if kind == "archive":
         return read_archive(path, backend)
-    raise ValueError(f"unknown SFT source kind {kind!r}: one of jsonl, cuda_l2, cuda_l1, archive")
+    raise ValueError(f"unknown SFT source kind {kind!r}: one of jsonl, cuda_l2, cuda_l1, archive, builtin")

@@ -38,9 +38,11 @@ class Verification:
 
 
 def verify(items: list[SftItem], evaluator: Evaluator, jobs: int,
-           on_done: Callable[[SftItem, Measurement], None] = lambda item, m: None) -> Verification:
-    """Builds every item in a pool of `jobs` processes, then evaluates them one at a time."""
-    builds = build_many([(i.task, i.source) for i in items], evaluator.cfg, jobs)
+           on_done: Callable[[SftItem, Measurement], None] = lambda item, m: None,
+           on_built: Callable[[], None] = lambda: None) -> Verification:
+    """Builds every item in a pool of `jobs` processes (`on_built` after each build), then evaluates
+    them one at a time (`on_done` after each evaluation)."""
+    builds = build_many([(i.task, i.source) for i in items], evaluator.cfg, jobs, on_done=on_built)
     out = Verification()
     for item, build in zip(items, builds):
         m = evaluator.evaluate(item.task, item.source, build)

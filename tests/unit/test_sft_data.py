@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from rl_kernels.archive import KernelArchive
-from rl_kernels.config import EvalConfig
+from rl_kernels.config import ConfigError, EvalConfig, load_config
 from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.prompts.builder import Exemplar
 from rl_kernels.prompts.parsing import parse_completion
 from rl_kernels.sft.examples import analysis_sections, format_answer, make_example
 from rl_kernels.sft.sources import read_archive, read_cuda_l1, read_cuda_l2_dir, read_jsonl, read_source
 from rl_kernels.sft.verify import verify
-from rl_kernels.tasks import get_task
+from rl_kernels.tasks import get_task, load_suite
 from rl_kernels.types import Measurement
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,6 +78,18 @@ def test_an_archive_gives_back_its_verified_kernels(tmp_path: Path) -> None:
     assert read_archive(tmp_path / "archive.sqlite", "cuda").items == []
     with pytest.raises(ValueError, match="unknown SFT source kind"):
         read_source("parquet", tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs a path"):
+        read_source("archive", None)
+
+
+def test_the_builtin_source_takes_no_path_and_every_other_kind_needs_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="leave path unset"):
+        load_config(None, [f'sft.sources=[{{"kind": "builtin", "path": "{tmp_path}"}}]'])
+    with pytest.raises(ConfigError, match="jsonl needs a path"):
+        load_config(None, ['sft.sources=[{"kind": "jsonl"}]'])
+    got = read_source("builtin", None, backend="cuda")
+    assert {i.task.id for i in got.items} == {t.id for t in load_suite("builtin")}
+    assert all(i.origin.startswith("builtin ladder cuda/") for i in got.items)
 
 
 def test_the_answer_is_read_back_by_the_rollout_parser() -> None:

@@ -88,3 +88,13 @@ def test_a_held_out_task_in_sft_data_is_an_error_unless_the_source_drops_it(tmp_
     loaded = _read(dropping, lambda line: None)
     assert [it.task.id for it in loaded.items] == ["builtin/gelu"]
     assert [(s.reason, s.detail) for s in loaded.skipped] == [("heldout_task", "builtin/swiglu is held out of training")]
+
+
+def test_the_builtin_ladder_source_drops_its_held_out_tasks_by_itself(tmp_path: Path) -> None:
+    cfg = load_config(None, [f"run_dir={tmp_path}", 'sft.sources=[{"kind": "builtin"}]'])
+    loaded = _read(cfg, lambda line: None)
+    trained = {it.task.id for it in loaded.items}
+    held = {s.detail.split()[0] for s in loaded.skipped if s.reason == "heldout_task"}
+    assert held == {"builtin/swiglu", "builtin/max_dim", "builtin/linear_gelu_scale"}
+    assert trained == {t.id for t in load_suite("builtin")} - held
+    assert all(it.analysis.startswith("### Performance analysis") for it in loaded.items)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from tiny_model import save_tiny_llama
 
+from learner.warm_start_cache import cached_warm_start, warm_start_key
 from rl_kernels.cli import main
+from rl_kernels.config import load_config
 from rl_kernels.tasks import get_task
 
 HGEMM = "hgemm/fp32/64_64_64"
@@ -49,3 +51,27 @@ def test_the_warm_start_job_verifies_trains_samples_and_reports(tmp_path: Path,
 def test_without_sources_the_job_says_what_to_configure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sft", f"run_dir={tmp_path}"]) == 2
     assert "sft.sources is empty" in capsys.readouterr().err
+
+
+def test_train_before_warm_start_trains_once_and_reuses_the_adapter_for_the_same_inputs(tmp_path: Path) -> None:
+    data = tmp_path / "kernels.jsonl"
+    data.write_text(json.dumps({"task": HGEMM, "source": get_task(HGEMM).seeds["cpu"]}) + "\n")
+    model = save_tiny_llama(tmp_path / "tiny")
+    overrides = [f"policy.model={model}", "policy.max_new_tokens=8", "learner.zero_stage=0",
+                 f"eval.build.cache_dir={tmp_path / 'cache'}", "sft.epochs=1", "sft.heldout_fraction=0",
+                 "sft.sample_after=0", "sft.max_answer_tokens=64", f"sft.cache_dir={tmp_path / 'warm'}",
+                 f'sft.sources=[{{"kind": "jsonl", "path": "{data}"}}]']
+    cfg = load_config(None, overrides)
+    lines: list[str] = []
+    adapter = cached_warm_start(cfg, lines.append)
+    assert (adapter / "adapter_config.json").is_file() and adapter.is_relative_to(tmp_path / "warm")
+    assert any("training one" in line for line in lines) and any("verified 1/1" in line for line in lines)
+    lines.clear()
+    assert cached_warm_start(cfg, lines.append) == adapter
+    assert lines == [f"warm start: reusing {adapter} (same model, data and settings)"]
+    # Anything the adapter depends on gives another key; where it is cached does not.
+    key = warm_start_key(cfg)
+    assert warm_start_key(load_config(None, [*overrides, "learner.lr=0.5"])) != key
+    assert warm_start_key(load_config(None, [*overrides, f"sft.cache_dir={tmp_path}"])) == key
+    data.write_text(data.read_text() + json.dumps({"task": HGEMM, "source": "// another\n"}) + "\n")
+    assert warm_start_key(cfg) != key
