@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from rl_kernels.archive import passed_every_gate
 from rl_kernels.config import Config
 from rl_kernels.policy.base import BASE_VERSION, SamplingParams
 from rl_kernels.policy.factory import sampling_params
@@ -40,7 +41,7 @@ class TaskTally:
     parsed: int = 0
     compiled: int = 0
     correct: int = 0
-    speedups: list[float] = field(default_factory=list)   # of the correct samples
+    speedups: list[float] = field(default_factory=list)   # of the samples that passed every gate
     outcomes: dict[str, int] = field(default_factory=dict)   # reason code (or "correct"/parse reason) -> count
 
     def add(self, parse_reason: str | None, m: Measurement | None) -> None:
@@ -52,7 +53,7 @@ class TaskTally:
             self.parsed += 1
             self.compiled += int(m.compiled)
             self.correct += int(m.correct)
-            if m.correct and m.speedup:
+            if passed_every_gate(m):   # a flagged speedup is not believed, so it never counts
                 self.speedups.append(m.speedup)
             key = m.rejected or ("correct" if m.correct else "incorrect")
         self.outcomes[key] = self.outcomes.get(key, 0) + 1

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from rl_kernels import metrics, trajectories
+from rl_kernels.archive import passed_every_gate
 from rl_kernels.metrics import read_metrics
 from rl_kernels.trajectories import Group, read_groups
 
@@ -150,12 +151,13 @@ def version_stats(groups: Sequence[Group]) -> list[VersionStats]:
 
 
 def speedups_by_task(groups: Sequence[Group]) -> dict[str, list[float]]:
-    """Speedups of the correct kernels, per task id in sorted order (tasks without one are absent)."""
+    """Speedups of the kernels that passed every gate, per task id in sorted order (tasks without one
+    are absent): a flagged speedup is one the evaluator does not believe, so it is never a "best"."""
     out: dict[str, list[float]] = {}
     for g in groups:
         for t in g.trajectories:
             m = t.measurement
-            if m is not None and m.correct and m.speedup is not None:
+            if m is not None and passed_every_gate(m):
                 out.setdefault(g.task_id, []).append(m.speedup)
     return dict(sorted(out.items()))
 

@@ -3,6 +3,7 @@ directory with a real (tiny) policy sampled on the held-out tasks only."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -28,14 +29,16 @@ def test_pass_at_k_rates_and_the_geomean_over_solved_tasks() -> None:
     a.add("no_code_block", None)
     a.add(None, _m(False, rejected="incorrect"))
     b.add(None, _m(True, 8.0))
+    b.add(None, dataclasses.replace(_m(True, 400.0), flagged="speedup beyond the roofline"))   # correct, not believed
     for _ in range(4):
         c.add(None, _m(False, rejected="compile_error"))
     s = summarize([a, b, c], version=3)
-    assert s["pass@1"] == pytest.approx((2 / 4 + 1 / 1 + 0) / 3)
+    assert s["pass@1"] == pytest.approx((2 / 4 + 2 / 2 + 0) / 3)
     assert s["pass@k"] == pytest.approx(2 / 3) and s["k"] == 4
-    assert s["samples"] == 9 and s["parse_rate"] == pytest.approx(8 / 9)
-    assert s["compile_rate"] == pytest.approx(4 / 9) and s["correct_rate"] == pytest.approx(3 / 9)
-    assert s["solved"] == 2 and s["geomean_speedup"] == pytest.approx(math.sqrt(2.0 * 8.0))   # best per task
+    assert s["samples"] == 10 and s["parse_rate"] == pytest.approx(9 / 10)
+    assert s["compile_rate"] == pytest.approx(5 / 10) and s["correct_rate"] == pytest.approx(4 / 10)
+    # best per task, never a flagged speedup
+    assert s["solved"] == 2 and s["geomean_speedup"] == pytest.approx(math.sqrt(2.0 * 8.0))
     assert a.outcomes == {"correct": 2, "no_code_block": 1, "incorrect": 1}
     assert set(heldout_metrics(s)) == {f"heldout/{k}" for k in ("pass@1", "pass@k", "parse_rate", "compile_rate",
                                                                  "correct_rate", "solved", "geomean_speedup")}
