@@ -29,6 +29,7 @@ from rl_kernels.sft.verify import VerifiedKernel, Verification, verify
 from rl_kernels.tasks.split import task_split
 
 SFT_DIR = "sft"
+REPORT = "report.json"   # written last: its presence means the stage finished
 
 
 def _read(cfg: Config, progress: Callable[[str], None]) -> Loaded:
@@ -155,6 +156,7 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
     held_before = trainer.token_loss(enc_held) if enc_held else None
     losses: list[float] = []
     rng = random.Random(cfg.sft.seed)
+    adapter = out / "adapter"
     with (out / "metrics.jsonl").open("w") as metrics:
         for epoch in range(cfg.sft.epochs):
             order: list[EncodedExample] = rng.sample(enc_train, len(enc_train))
@@ -164,8 +166,9 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
                 metrics.write(json.dumps({"step": len(losses), "epoch": epoch, **stats}) + "\n")
                 metrics.flush()
                 progress(f"sft step {len(losses)}/{cfg.sft.epochs * steps_per_epoch} loss {stats['sft/loss']:.4f}")
-    adapter = out / "adapter"
-    trainer.save_adapter(adapter)
+            # Each epoch's adapter replaces the last: a run stopped later keeps a usable one.
+            trainer.save_adapter(adapter)
+            progress(f"sft epoch {epoch + 1}/{cfg.sft.epochs} done: adapter saved to {adapter}")
     held_after = trainer.token_loss(enc_held) if enc_held else None
     report: dict[str, Any] = {
         "read": len(loaded.items), "skipped": dict(Counter(s.reason for s in loaded.skipped)),
@@ -176,5 +179,5 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
     }
     if cfg.sft.sample_after:
         report["samples"] = _sample_and_evaluate(cfg, adapter, train, evaluator, progress)
-    (out / "report.json").write_text(json.dumps(report, indent=1))
+    (out / REPORT).write_text(json.dumps(report, indent=1))
     return report

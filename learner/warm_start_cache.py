@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from filelock import FileLock
 
-from learner.warm_start import SFT_DIR, run_warm_start
+from learner.warm_start import REPORT, SFT_DIR, run_warm_start
 from rl_kernels.config import Config
 from rl_kernels.tasks.ladder import LADDER_DIR
 from rl_kernels.tasks.suites import BUILTIN_DIR
@@ -65,7 +65,8 @@ def cached_warm_start(cfg: Config, progress: Callable[[str], None]) -> Path:
     adapter = root / SFT_DIR / "adapter"
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root) + ".lock"):   # two runs started together train it once
-        if (adapter / ADAPTER_CONFIG).is_file():
+        # The report is written last: an adapter without it is an earlier epoch of a run that stopped.
+        if (adapter / ADAPTER_CONFIG).is_file() and (root / SFT_DIR / REPORT).is_file():
             progress(f"warm start: reusing {adapter} (same model, data and settings)")
             return adapter
         progress(f"warm start: no adapter for these inputs yet; training one in {root} (stage 1, then train)")

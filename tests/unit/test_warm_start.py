@@ -45,6 +45,7 @@ def test_the_warm_start_job_verifies_trains_samples_and_reports(tmp_path: Path,
     assert (run / "sft" / "adapter" / "adapter_config.json").is_file()
     assert len((run / "sft" / "metrics.jsonl").read_text().splitlines()) == 3
     assert "verified 1/3" in out.err and "sft step 3/3" in out.err        # progress as it happens
+    assert "sft epoch 1/3 done: adapter saved" in out.err                 # a stopped run keeps an adapter
     assert "2 of 3 kernels verified" in out.out
 
 
@@ -69,6 +70,11 @@ def test_train_before_warm_start_trains_once_and_reuses_the_adapter_for_the_same
     lines.clear()
     assert cached_warm_start(cfg, lines.append) == adapter
     assert lines == [f"warm start: reusing {adapter} (same model, data and settings)"]
+    # An adapter without the report is an epoch of a run that stopped: it is trained again, not reused.
+    (adapter.parent / "report.json").unlink()
+    lines.clear()
+    assert cached_warm_start(cfg, lines.append) == adapter
+    assert any("training one" in line for line in lines) and (adapter.parent / "report.json").is_file()
     # Anything the adapter depends on gives another key; where it is cached does not.
     key = warm_start_key(cfg)
     assert warm_start_key(load_config(None, [*overrides, "learner.lr=0.5"])) != key
