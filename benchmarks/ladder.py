@@ -7,8 +7,8 @@
 (gate, build in a process pool first, sandboxed correctness on fresh input sets, timing against the
 configured baselines); the table has its verdict, time, best baseline and speedup.
 `direct`: each rung is built by `load_inline` in a process pool, then loaded in this process, compared
-with the task's float64 reference (main and variant inputs, the evaluator's float32 bounds) and timed
-beside the reference Model in eager mode (triton's `do_bench` on cuda, a median of wall-clock calls on
+with the task's float64 reference (`check_rung`: main and variant inputs, the evaluator's float32
+bounds) and timed beside the reference Model in eager mode (triton's `do_bench` on cuda, a median of wall-clock calls on
 cpu).  No sandbox, no gates: an independent cross-check of the evaluator's order that costs seconds per
 rung instead of an evaluation's process start, for when device time is short.
 Prints one row per rung in suite order (the seed first) and writes JSON to --out.
@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from rl_kernels.config import load_config  # noqa: E402
 from rl_kernels.tasks import get_task, load_suite  # noqa: E402
-from rl_kernels.tasks.ladder import Rung, load_ladder  # noqa: E402
+from rl_kernels.tasks.ladder import Rung, check_rung, load_ladder  # noqa: E402
 
 
 Save = Callable[[list[dict[str, Any]]], None]
@@ -80,42 +80,25 @@ def _median_ms(fn: Callable[[], Any], device: str, budget_s: float = 2.0) -> flo
     return statistics.median(times)
 
 
-def _direct_check(rung: Rung, device: str, tol: Any) -> dict[str, Any]:
-    """Correctness against the float64 reference on the main and variant inputs, then both timed."""
+def _direct_check(rung: Rung, device: str) -> dict[str, Any]:
+    """`check_rung` (float64 reference, main and variant inputs), then the rung and eager timed."""
     import torch
 
-    from rl_kernels.evaluation.correctness import compare_values
     from rl_kernels.tasks import load_task_program
 
-    namespace: dict[str, Any] = {}
-    exec(compile(rung.source, rung.origin, "exec"), namespace)
-    program = load_task_program(rung.task)
-    init = program.get_init_inputs()
-    torch.manual_seed(0)
-    reference = program.model_cls(*init)
-    torch.manual_seed(0)
-    candidate = namespace["ModelNew"](*init).to(device)
+    check = check_rung(rung, device)
+    if not check.comparison.ok:
+        return {"verdict": "incorrect", "detail": check.comparison.detail}
+    inputs = [x.to(device) for x in load_task_program(rung.task).get_inputs()]
     with torch.no_grad():
-        ref64 = program.model_cls(*init).double()
-        ref64.load_state_dict(reference.state_dict())
-        for inputs in [program.get_inputs(), *program.get_variant_inputs()]:
-            got = candidate(*[x.to(device) for x in inputs])
-            check = compare_values([got], [ref64(*[x.double() for x in inputs])], tol)
-            if not check.ok:
-                return {"verdict": "incorrect", "detail": check.detail}
-        inputs = [x.to(device) for x in program.get_inputs()]
-        reference = reference.to(device)
-        ms = _median_ms(lambda: candidate(*inputs), device)
-        eager_ms = _median_ms(lambda: reference(*inputs), device)
+        ms = _median_ms(lambda: check.candidate(*inputs), device)
+        eager_ms = _median_ms(lambda: check.reference(*inputs), device)
     return {"verdict": "correct", "ms": ms, "baseline": "eager (direct)", "baseline_ms": eager_ms,
             "speedup": eager_ms / ms, "detail": ""}
 
 
 def _direct_rows(rungs: list[Rung], backend: str, jobs: int, progress: Callable[[str], None],
                  save: Save) -> list[dict[str, Any]]:
-    from rl_kernels.config import CorrectnessConfig
-    from rl_kernels.evaluation.correctness import Tolerance
-
     ext_dir = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or REPO / ".ladder-extensions")
     os.environ["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
     t0 = time.monotonic()
@@ -123,8 +106,6 @@ def _direct_rows(rungs: list[Rung], backend: str, jobs: int, progress: Callable[
         errors = list(pool.map(lambda r: _build_in_child(r, ext_dir), rungs))
     progress(f"build phase: {len(rungs)} rungs, {jobs} jobs, {time.monotonic() - t0:.1f} s, "
              f"{sum(e is None for e in errors)} built")
-    c = CorrectnessConfig()
-    tol = Tolerance(c.atol["float32"], c.rtol["float32"], c.relnorm["float32"], c.atol_rms_multiple["float32"])
     device = "cuda" if backend == "cuda" else "cpu"
     rows = []
     for rung, error in zip(rungs, errors):
@@ -135,7 +116,7 @@ def _direct_rows(rungs: list[Rung], backend: str, jobs: int, progress: Callable[
             save(rows)
             continue
         try:
-            rows.append({**row, **_direct_check(rung, device, tol)})
+            rows.append({**row, **_direct_check(rung, device)})
         except Exception as exc:   # a rung that raises (or breaks the CUDA context) is reported, not fatal here
             rows.append({**row, "verdict": "error", "detail": f"{type(exc).__name__}: {exc}"[-1500:]})
         progress(json.dumps(rows[-1]))

@@ -153,8 +153,7 @@ class SelfTrainDriver(RolloutDriver):
         sc = self.cfg.selftrain
         if self.trainer is None:
             init = Path(self.cfg.policy.init_adapter) if self.cfg.policy.init_adapter else None
-            learner = self.cfg.learner if sc.lr is None else self.cfg.learner.model_copy(update={"lr": sc.lr})
-            self.trainer = SftTrainer(self.cfg.policy.model, learner, init_adapter=init)
+            self.trainer = SftTrainer(self.cfg.policy.model, self.cfg.learner, init_adapter=init, lr=sc.lr)
         losses = []
         for _ in range(sc.epochs):
             order = self._rng.sample(examples, len(examples))

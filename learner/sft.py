@@ -43,7 +43,9 @@ class SftTrainer:
     """Owns the model, the LoRA adapter and the DeepSpeed engine of one warm-start process."""
 
     def __init__(self, model: str, cfg: LearnerConfig, *, total_steps: int | None = None,
-                 init_adapter: Path | None = None) -> None:
+                 init_adapter: Path | None = None, lr: float | None = None) -> None:
+        """`lr` replaces cfg.lr (supervised stages set their own; unset, GRPO's learner.lr)."""
+        cfg = cfg if lr is None else cfg.model_copy(update={"lr": lr})
         init_distributed(cfg.device)
         self.cfg = cfg
         self.device = torch.device(cfg.device)

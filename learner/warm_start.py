@@ -151,8 +151,7 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
     enc_train = [encode_example(tokenizer, ex, cfg.sft.max_answer_tokens) for ex in train]
     enc_held = [encode_example(tokenizer, ex, cfg.sft.max_answer_tokens) for ex in held]
     steps_per_epoch = math.ceil(len(enc_train) / cfg.sft.batch_size)
-    learner = cfg.learner if cfg.sft.lr is None else cfg.learner.model_copy(update={"lr": cfg.sft.lr})
-    trainer = SftTrainer(cfg.policy.model, learner, total_steps=cfg.sft.epochs * steps_per_epoch)
+    trainer = SftTrainer(cfg.policy.model, cfg.learner, total_steps=cfg.sft.epochs * steps_per_epoch, lr=cfg.sft.lr)
     held_before = trainer.token_loss(enc_held) if enc_held else None
     losses: list[float] = []
     rng = random.Random(cfg.sft.seed)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from rl_kernels.config import CorrectnessConfig
 from rl_kernels.evaluation.reasons import Reason
 
 
@@ -20,6 +21,12 @@ class Tolerance:
     rtol: float
     relnorm: float
     atol_rms_multiple: float = 0.0   # extra absolute slack as a multiple of rms(reference)
+
+
+def dtype_tolerance(c: CorrectnessConfig, dtype: str) -> Tolerance:
+    """The configured bounds for an output dtype ("float32", ...); an unlisted dtype gets float32's."""
+    key = dtype if dtype in c.atol else "float32"
+    return Tolerance(c.atol[key], c.rtol[key], c.relnorm[key], c.atol_rms_multiple.get(key, 0.0))
 
 
 @dataclass(frozen=True)

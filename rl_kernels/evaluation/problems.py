@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation.correctness import Tolerance, as_output_list
+from rl_kernels.evaluation.correctness import Tolerance, as_output_list, dtype_tolerance
 from rl_kernels.evaluation.inputs import refill_, resample_inputs, to_device, to_reference_precision
 from rl_kernels.types import HgemmSpec, Task
 
@@ -176,10 +176,8 @@ class ModuleProblem:
     def tolerance(self) -> Tolerance:
         """Tolerances for the task's output dtype (found with one eager call, then kept)."""
         if self._tolerance is None:
-            c = self.cfg.correctness
             out_dtype = str(self._eager(InputSet(self.template))[0].dtype).replace("torch.", "")
-            key = out_dtype if out_dtype in c.atol else "float32"
-            self._tolerance = Tolerance(c.atol[key], c.rtol[key], c.relnorm[key], c.atol_rms_multiple.get(key, 0.0))
+            self._tolerance = dtype_tolerance(self.cfg.correctness, out_dtype)
         return self._tolerance
 
     def _eager(self, s: InputSet) -> list[Any]:

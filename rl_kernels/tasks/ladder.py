@@ -13,9 +13,11 @@ An analysis has the answer's prose sections (`### Performance analysis`, `### Al
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
+from typing import Any
 
-from rl_kernels.tasks.module import TaskError
+from rl_kernels.tasks.module import TaskError, load_task_program
 from rl_kernels.tasks.suites import BUILTIN_DIR, SEED_BACKENDS, load_builtin_suite
 from rl_kernels.types import Task
 
@@ -65,3 +67,48 @@ def load_ladder(backend: str, tasks: list[Task] | None = None) -> list[Rung]:
     if not_builtin:
         raise ValueError(f"the ladder covers built-in tasks only, not {not_builtin}")
     return [rung for task in chosen for rung in _task_rungs(task, backend)]
+
+
+@dataclass(frozen=True)
+class RungCheck:
+    comparison: Any   # correctness.Comparison against the float64 reference, every input set
+    candidate: Any    # the rung's ModelNew on the device, ready to time
+    reference: Any    # the task's Model with the same weights, float32 on the device (the eager baseline)
+
+
+def check_rung(rung: Rung, device: str) -> RungCheck:
+    """Runs the rung file (load_inline builds or reuses its extension), then compares it with the task's
+    Model in float64 on the main and every variant input set, under the evaluator's float32 bounds.
+
+    No sandbox and no gates: this is how tests and `benchmarks/ladder.py` check our own rungs; kernels
+    from anywhere else go through the evaluator."""
+    import torch
+
+    from rl_kernels.config import CorrectnessConfig
+    from rl_kernels.evaluation.correctness import Comparison, compare_values, dtype_tolerance
+    from rl_kernels.evaluation.reasons import Reason
+
+    namespace: dict[str, Any] = {}
+    exec(compile(rung.source, rung.origin, "exec"), namespace)
+    program = load_task_program(rung.task)
+    init = program.get_init_inputs()
+    torch.manual_seed(0)
+    reference = program.model_cls(*init)
+    torch.manual_seed(0)
+    candidate = namespace["ModelNew"](*init).to(device)
+    ref64 = copy.deepcopy(reference).double()
+    tol = dtype_tolerance(CorrectnessConfig(), "float32")
+    verdict = Comparison(None)
+    with torch.no_grad():
+        for inputs in [program.get_inputs(), *program.get_variant_inputs()]:
+            got = candidate(*[x.to(device) for x in inputs]).cpu()
+            expected = ref64(*[x.double() for x in inputs])
+            if got.shape != expected.shape:
+                verdict = Comparison(Reason.WRONG_SHAPE, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+            elif got.dtype != torch.float32:
+                verdict = Comparison(Reason.WRONG_DTYPE, f"dtype {got.dtype}, expected torch.float32")
+            else:
+                verdict = compare_values([got], [expected], tol)
+            if not verdict.ok:
+                break
+    return RungCheck(verdict, candidate, reference.to(device))

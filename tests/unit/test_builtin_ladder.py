@@ -17,20 +17,15 @@ import pytest
 import torch
 import torch.utils.cpp_extension
 
-from rl_kernels.config import CorrectnessConfig
-from rl_kernels.evaluation.correctness import Tolerance, compare_values
 from rl_kernels.prompts.parsing import ANSWER_SECTIONS, CODE_SECTION
 from rl_kernels.sft.examples import analysis_sections
 from rl_kernels.tasks import load_suite, load_task_program
-from rl_kernels.tasks.ladder import MIN_RUNGS, SEED_RUNG, Rung, load_ladder
+from rl_kernels.tasks.ladder import MIN_RUNGS, SEED_RUNG, Rung, check_rung, load_ladder
 from rl_kernels.types import Task
 
 TASKS = load_suite("builtin")
 RUNGS = {backend: load_ladder(backend, TASKS) for backend in ("cpu", "cuda")}
 ALL_RUNGS = RUNGS["cpu"] + RUNGS["cuda"]
-# The evaluator's float32 bounds against a float64 reference.
-_C = CorrectnessConfig()
-FP32_TOLERANCE = Tolerance(_C.atol["float32"], _C.rtol["float32"], _C.relnorm["float32"], _C.atol_rms_multiple["float32"])
 # C++ may only name these from the torch/ATen namespaces: allocation, the tensor type, the dtype,
 # and (cuda) the current stream.  Any other `torch::`/`at::` name would be torch doing the work.
 ALLOWED_NAMESPACE_NAMES = {"Tensor", "empty", "empty_like", "kFloat32", "cuda"}
@@ -136,21 +131,8 @@ def test_rung_structure_and_weights(rung: Rung, monkeypatch: pytest.MonkeyPatch)
 
 
 def _matches_reference(rung: Rung, device: str) -> None:
-    namespace: dict[str, Any] = {}
-    exec(compile(rung.source, f"<{rung.origin}>", "exec"), namespace)  # builds the extension
-    program = load_task_program(rung.task)
-    init = program.get_init_inputs()
-    torch.manual_seed(0)
-    reference = program.model_cls(*init).double()
-    torch.manual_seed(0)
-    candidate = namespace["ModelNew"](*init).to(device)
-    for inputs in [program.get_inputs(), *program.get_variant_inputs()]:
-        with torch.no_grad():
-            expected = reference(*[x.double() for x in inputs])
-            got = candidate(*[x.to(device) for x in inputs]).cpu()
-        assert got.shape == expected.shape and got.dtype == torch.float32
-        verdict = compare_values([got], [expected], FP32_TOLERANCE)
-        assert verdict.ok, f"{rung.origin}: {verdict.detail}"
+    verdict = check_rung(rung, device).comparison   # builds the extension, float64 reference, every input set
+    assert verdict.ok, f"{rung.origin}: {verdict.reason}: {verdict.detail}"
 
 
 @pytest.mark.slow
