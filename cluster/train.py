@@ -27,6 +27,7 @@ from typing import Any
 from actors.generator import generate_or_fail
 from cluster.driver import RolloutDriver
 from cluster.graph import ProducerGraph
+from learner.checkpoints import python_rng_state
 from rl_kernels.heldout import (TaskTally, append_report, heldout_metrics, heldout_prompt, heldout_sampling,
                                 summarize, summary_line)
 from rl_kernels.metrics import MetricsSink, group_metrics
@@ -72,7 +73,7 @@ class TrainDriver(RolloutDriver):
         self._start_step = step
         self._submitted = int(books["submitted"])   # every group the file knows: ids keep counting up
         if state is not None:
-            self.rng.setstate(_as_rng_state(state["driver"]["rng"]))
+            self.rng.setstate(python_rng_state(state["driver"]["rng"]))
         if version > 0:
             from learner.publish import adapter_dir
 
@@ -221,10 +222,3 @@ class TrainDriver(RolloutDriver):
                 "steps_per_hour": self._steps_per_hour(wall),
                 "weight_sync_s_median": statistics.median(self._weight_sync_s) if self._weight_sync_s else None,
                 "best_kernels": self.archive.summary(), "heldout": self.heldout}
-
-
-def _as_rng_state(state: Any) -> tuple[Any, ...]:
-    """random.getstate() after a round trip through torch.save (tuples may come back as lists)."""
-    version, internal, gauss = state
-    return (version, tuple(internal), gauss)
-

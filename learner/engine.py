@@ -30,12 +30,13 @@ from rl_kernels.policy.models import load_causal_lm
 
 @dataclass
 class PolicyEngine:
-    model: Any            # the PEFT model (base weights frozen, adapter trainable)
+    model: Any            # the PEFT model (base weights frozen, adapter trainable), or the whole model
     engine: Any           # deepspeed.DeepSpeedEngine wrapping `model`
     scheduler: Any        # the LR scheduler the engine steps
     pad_id: int
     trainable_params: int
     zero_stage: int
+    optimizer_steps: int = 0   # taken so far (a checkpoint keeps it)
 
 
 def init_distributed(device: str) -> None:
@@ -96,12 +97,12 @@ def deepspeed_config(cfg: LearnerConfig, on_gpu: bool) -> dict[str, Any]:
     }
 
 
-def build_policy_engine(model: str, cfg: LearnerConfig, lr_lambda: Any, init_adapter: Path | None = None
-                        ) -> PolicyEngine:
+def build_policy_engine(model: str, cfg: LearnerConfig, lr_lambda: Any, init_adapter: Path | None = None,
+                        full: bool = False) -> PolicyEngine:
     """Base model (with `init_adapter`, a warm start's PEFT directory, merged into its weights, as
     the generators load it) + a fresh LoRA adapter from `cfg.lora` + AdamW + DeepSpeed, in a
-    distributed world set up first (`init_distributed`)."""
-    import deepspeed
+    distributed world set up first (`init_distributed`).  `full` trains every weight instead of an
+    adapter (the warm start's full fine-tuning; GRPO always trains an adapter)."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(cfg.seed)
@@ -111,19 +112,27 @@ def build_policy_engine(model: str, cfg: LearnerConfig, lr_lambda: Any, init_ada
     if cfg.gradient_checkpointing:
         base.gradient_checkpointing_enable()
         base.enable_input_require_grads()
+    if full:
+        return _engine(base.to(device), cfg, lr_lambda, device)
     missing = [m for m in cfg.lora.target_modules if not any(name.endswith("." + m) for name, _ in base.named_modules())]
     if missing:
         raise ValueError(f"learner.lora.target_modules {missing} match no module of {model}")
     lora = LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                       target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM")
-    peft_model = get_peft_model(base.to(device), lora)
-    pad_id = base.config.pad_token_id if base.config.pad_token_id is not None else 0
-    params = [p for p in peft_model.parameters() if p.requires_grad]
+    return _engine(get_peft_model(base.to(device), lora), cfg, lr_lambda, device)
+
+
+def _engine(model: Any, cfg: LearnerConfig, lr_lambda: Any, device: torch.device) -> PolicyEngine:
+    """AdamW over `model`'s trainable parameters, wrapped in a DeepSpeed engine."""
+    import deepspeed
+
+    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
-    engine, _, _, scheduler = deepspeed.initialize(model=peft_model, optimizer=optimizer, lr_scheduler=scheduler,
+    engine, _, _, scheduler = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                                    config=deepspeed_config(cfg, device.type == "cuda"))
-    return PolicyEngine(peft_model, engine, scheduler, pad_id, sum(p.numel() for p in params), cfg.zero_stage)
+    return PolicyEngine(model, engine, scheduler, pad_id, sum(p.numel() for p in params), cfg.zero_stage)
 
 
 def token_logprobs(pe: PolicyEngine, mb: MicroBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,6 +160,7 @@ def grad_norm_then_step(pe: PolicyEngine) -> float:
         norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))) \
             if grads else 0.0
     pe.engine.step()
+    pe.optimizer_steps += 1
     if norm is None:
         reported = pe.engine.get_global_grad_norm()
         norm = float(reported) if reported is not None else float("nan")
@@ -158,8 +168,9 @@ def grad_norm_then_step(pe: PolicyEngine) -> float:
 
 
 def save_adapter(pe: PolicyEngine, directory: Path) -> None:
-    """The trained adapter as a PEFT directory (what generators load). Under ZeRO-3 the LoRA
-    weights are partitioned, so they are gathered first."""
+    """The trained adapter as a PEFT directory (what generators load), or with full fine-tuning the
+    whole model's weights and config. Under ZeRO-3 the trained weights are partitioned, so they are
+    gathered first."""
     params = [p for p in pe.model.parameters() if p.requires_grad]
     if pe.zero_stage == 3:
         import deepspeed

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from learner.batch import Sample, micro_batches
+from learner.checkpoints import load_checkpoint, save_checkpoint
 from learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_adapter,
                             token_logprobs)
 from rl_kernels.config import LearnerConfig
@@ -43,14 +44,15 @@ class SftTrainer:
     """Owns the model, the LoRA adapter and the DeepSpeed engine of one warm-start process."""
 
     def __init__(self, model: str, cfg: LearnerConfig, *, total_steps: int | None = None,
-                 init_adapter: Path | None = None, lr: float | None = None) -> None:
-        """`lr` replaces cfg.lr (supervised stages set their own; unset, GRPO's learner.lr)."""
+                 init_adapter: Path | None = None, lr: float | None = None, full: bool = False) -> None:
+        """`lr` replaces cfg.lr (supervised stages set their own; unset, GRPO's learner.lr); `full`
+        trains every weight instead of a LoRA adapter (save with `save_model`)."""
         cfg = cfg if lr is None else cfg.model_copy(update={"lr": lr})
         init_distributed(cfg.device)
         self.cfg = cfg
+        self.full = full
         self.device = torch.device(cfg.device)
-        self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps), init_adapter)
-        self.optimizer_steps = 0
+        self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps), init_adapter, full)
 
     def _samples(self, batch: list[EncodedExample]) -> list[Sample]:
         return [Sample(e.prompt_ids, e.answer_ids, [0.0] * len(e.answer_ids), 1.0) for e in batch if e.answer_ids]
@@ -71,7 +73,6 @@ class SftTrainer:
             self.pe.engine.backward(loss, scale_wrt_gas=False)
             loss_sum += float(loss.detach())
         grad_norm = grad_norm_then_step(self.pe)
-        self.optimizer_steps += 1
         return {"sft/loss": loss_sum, "sft/tokens": float(tokens), "sft/grad_norm": grad_norm,
                 "sft/lr": float(self.pe.scheduler.get_last_lr()[0]), "sft/step_s": time.monotonic() - t0}
 
@@ -90,5 +91,22 @@ class SftTrainer:
             total -= float((logp * mb.mask).sum())
         return total / tokens
 
+    def save_checkpoint(self, directory: Path, step: int, client_state: dict[str, Any]) -> Path:
+        """The adapter's training state (weights, optimizer, schedule, RNGs) under `step-{step}`."""
+        return save_checkpoint(self.pe, directory, step, client_state)
+
+    def load_checkpoint(self, directory: Path, step: int) -> dict[str, Any]:
+        """Restore `step-{step}`; returns its client state."""
+        return load_checkpoint(self.pe, directory, step)
+
     def save_adapter(self, directory: Path) -> None:
+        if self.full:
+            raise ValueError("a fully fine-tuned model has no adapter: save it with save_model")
         save_adapter(self.pe, directory)
+
+    def save_model(self, directory: Path, tokenizer: Any) -> None:
+        """The fully fine-tuned weights with the tokenizer: a model directory `policy.model` loads."""
+        if not self.full:
+            raise ValueError("a LoRA warm start saves an adapter (save_adapter), not a model")
+        save_adapter(self.pe, directory)
+        tokenizer.save_pretrained(str(directory))

@@ -17,8 +17,6 @@ supervised warm start (learner/sft.py).
 from __future__ import annotations
 
 import logging
-import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from typing import Any
 import torch
 
 from learner.batch import MicroBatch, TrainBatch, assemble_batch, micro_batches
+from learner.checkpoints import load_checkpoint, save_checkpoint
 from learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_adapter,
                             token_logprobs)
 from learner.grpo import grpo_loss
@@ -33,8 +32,6 @@ from rl_kernels.config import GrpoConfig, LearnerConfig
 from rl_kernels.trajectories import Group
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_PREFIX = "step-"
 
 
 class GrpoTrainer:
@@ -49,7 +46,6 @@ class GrpoTrainer:
         self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps), init_adapter)
         self.model, self.engine, self.scheduler = self.pe.model, self.pe.engine, self.pe.scheduler
         self.pad_id, self.trainable_params = self.pe.pad_id, self.pe.trainable_params
-        self.optimizer_steps = 0
 
     # ---- one step -------------------------------------------------------------------------------
     def train_step(self, groups: list[Group], version: int) -> dict[str, float]:
@@ -100,9 +96,11 @@ class GrpoTrainer:
             return self._logprobs(mb)[0]
 
     def _grad_norm_then_step(self) -> float:
-        norm = grad_norm_then_step(self.pe)
-        self.optimizer_steps += 1
-        return norm
+        return grad_norm_then_step(self.pe)
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.pe.optimizer_steps
 
     def _stats(self, batch: TrainBatch, sums: dict[str, float], elapsed: float) -> dict[str, float]:
         tokens = batch.global_tokens
@@ -131,54 +129,9 @@ class GrpoTrainer:
         save_adapter(self.pe, directory)
 
     def save_checkpoint(self, directory: Path, step: int, client_state: dict[str, Any]) -> Path:
-        """DeepSpeed engine state (LoRA weights, optimizer, scheduler; frozen base weights left
-        out) plus `client_state` and the RNGs, under tag `step-{step}`."""
-        tag = f"{CHECKPOINT_PREFIX}{step}"
-        state = {**client_state, "rng": _rng_state(), "optimizer_steps": self.optimizer_steps}
-        self.engine.save_checkpoint(str(directory), tag=tag, client_state=state, exclude_frozen_parameters=True)
-        return Path(directory) / tag
+        """DeepSpeed engine state plus `client_state` and the RNGs, under tag `step-{step}`."""
+        return save_checkpoint(self.pe, directory, step, client_state)
 
     def load_checkpoint(self, directory: Path, step: int) -> dict[str, Any]:
         """Restore `step-{step}`; returns its client state (with the RNGs already restored)."""
-        tag = f"{CHECKPOINT_PREFIX}{step}"
-        path, state = self.engine.load_checkpoint(str(directory), tag=tag, load_module_strict=False)
-        if path is None:
-            raise FileNotFoundError(f"no loadable DeepSpeed checkpoint {tag} under {directory}")
-        _set_rng_state(state["rng"])
-        self.optimizer_steps = int(state["optimizer_steps"])
-        return state
-
-
-def checkpoint_steps(directory: Path) -> list[int]:
-    """Steps of the complete checkpoints under `directory`, ascending."""
-    root = Path(directory)
-    if not root.is_dir():
-        return []
-    steps = []
-    for p in root.iterdir():
-        if p.is_dir() and p.name.startswith(CHECKPOINT_PREFIX) and p.name[len(CHECKPOINT_PREFIX):].isdigit():
-            if any(f.name.endswith("model_states.pt") for f in p.iterdir()):
-                steps.append(int(p.name[len(CHECKPOINT_PREFIX):]))
-    return sorted(steps)
-
-
-def rotate_checkpoints(directory: Path, keep: int) -> list[int]:
-    """Delete all but the newest `keep` checkpoints; returns the deleted steps."""
-    gone = checkpoint_steps(directory)[:-keep]
-    for step in gone:
-        shutil.rmtree(Path(directory) / f"{CHECKPOINT_PREFIX}{step}")
-    return gone
-
-
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        return load_checkpoint(self.pe, directory, step)

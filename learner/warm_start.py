@@ -1,9 +1,11 @@
 """Stage 1, the supervised warm start, as one job: read the configured sources, re-verify every
-kernel with the evaluator, train a LoRA adapter on (prompt, answer) pairs, then sample the trained
-policy and evaluate what it writes.
+kernel with the evaluator, train a LoRA adapter (or, with `sft.full_finetune`, every weight) on
+(prompt, answer) pairs, then sample the trained policy and evaluate what it writes.
 
-Everything lands in `run_dir/sft/`: `adapter/` (a PEFT directory GRPO can start from),
-`metrics.jsonl` (one line per optimizer step) and `report.json` (what was read, kept and refused
+Everything lands in `run_dir/sft/`: `adapter/` (a PEFT directory GRPO can start from) or `model/`
+(a whole model directory, after full fine-tuning),
+`metrics.jsonl` (one line per optimizer step), `samples.jsonl` (what the trained policy wrote, each
+answer with its outcome) and `report.json` (what was read, kept and refused
 with reasons, the loss curve, the held-out token loss before and after, the sampled completions'
 parse / compile / correct rates).  Progress goes to `progress` line by line as it happens.
 """
@@ -30,6 +32,12 @@ from rl_kernels.tasks.split import task_split
 
 SFT_DIR = "sft"
 REPORT = "report.json"   # written last: its presence means the stage finished
+SAMPLES = "samples.jsonl"  # the trained policy's sampled answers with their outcomes, for reading
+
+
+def output_name(cfg: Config) -> str:
+    """What the warm start writes under run_dir/sft/: a LoRA adapter, or a whole model."""
+    return "model" if cfg.sft.full_finetune else "adapter"
 
 
 def _read(cfg: Config, progress: Callable[[str], None]) -> Loaded:
@@ -37,8 +45,17 @@ def _read(cfg: Config, progress: Callable[[str], None]) -> Loaded:
         raise ConfigError("sft.sources is empty: name at least one source (kind + path) to warm-start from")
     loaded = Loaded()
     split = task_split(cfg.split)
+    selected = set(cfg.sft.tasks) if cfg.sft.tasks is not None else None
+    if selected is not None:
+        split.refuse_heldout(selected, "sft.tasks")
+    seen: set[str] = set()
     for src in cfg.sft.sources:
         got = read_source(src.kind, src.path, backend=cfg.eval.backend, accumulator=src.accumulator)
+        seen.update(it.task.id for it in got.items)
+        if selected is not None:
+            got.skipped += [Skipped(it.origin, "not_selected", f"{it.task.id} is not in sft.tasks")
+                            for it in got.items if it.task.id not in selected]
+            got.items = [it for it in got.items if it.task.id in selected]
         train, held = [], []
         for it in got.items:
             (held if split.is_heldout(it.task.id) else train).append(it)
@@ -51,6 +68,10 @@ def _read(cfg: Config, progress: Callable[[str], None]) -> Loaded:
         progress(f"read {src.kind} {src.path or '(packaged ladder)'}: {len(got.items)} kernels, {len(got.skipped)} skipped "
                  f"{dict(Counter(s.reason for s in got.skipped))}")
         loaded.extend(got)
+    missing = sorted(selected - seen) if selected is not None else []
+    if missing:
+        raise ConfigError(f"sft.tasks names {missing}, which no sft source has kernels for "
+                          f"(the sources cover {len(seen)} tasks, e.g. {sorted(seen)[:5]})")
     return loaded
 
 
@@ -79,7 +100,7 @@ def _split(cfg: Config, examples: list[SftExample]) -> tuple[list[SftExample], l
     return order[n_held:], order[:n_held]
 
 
-def _sample_and_evaluate(cfg: Config, adapter: Path, train: list[SftExample], evaluator: Evaluator,
+def _sample_and_evaluate(cfg: Config, output: Path, train: list[SftExample], evaluator: Evaluator,
                          progress: Callable[[str], None]) -> dict[str, Any]:
     """The trained policy on each training task's prompt: how many answers parse, build, are correct."""
     from rl_kernels.policy import SamplingParams
@@ -89,26 +110,35 @@ def _sample_and_evaluate(cfg: Config, adapter: Path, train: list[SftExample], ev
     prompts: dict[str, SftExample] = {}
     for ex in train:
         prompts.setdefault(ex.task.id, ex)
-    policy = HFPolicy(cfg.policy.model, device=cfg.policy.device, dtype=torch_dtype(cfg.policy.dtype, cfg.policy.device),
-                      max_loaded_adapters=1, batch_size=cfg.policy.batch_size)
-    policy.load_adapter(1, adapter)
+    full = cfg.sft.full_finetune
+    policy = HFPolicy(str(output) if full else cfg.policy.model, device=cfg.policy.device,
+                      dtype=torch_dtype(cfg.policy.dtype, cfg.policy.device), max_loaded_adapters=1,
+                      batch_size=cfg.policy.batch_size)
+    version = 0 if full else 1
+    if not full:
+        policy.load_adapter(version, output)
     params = SamplingParams(max_new_tokens=cfg.policy.max_new_tokens, temperature=cfg.policy.temperature,
                             top_p=cfg.policy.top_p, top_k=cfg.policy.top_k, n=cfg.sft.sample_after, seed=cfg.sft.seed)
     counts = Counter()
     reasons: Counter[str] = Counter()
-    for task_id, ex in prompts.items():
-        for completion in policy.generate([ex.messages], params, 1)[0]:
-            counts["sampled"] += 1
-            parsed = parse_completion(completion.text, ex.task, cfg.eval.backend)
-            if parsed.code is None:
-                reasons[parsed.reason or "no_code"] += 1
-                continue
-            counts["parsed"] += 1
-            m = evaluator.evaluate(ex.task, parsed.code)
-            counts["compiled"] += m.compiled
-            counts["correct"] += m.correct
-            reasons[m.rejected or "correct"] += 1
-        progress(f"sampled {task_id}: {dict(counts)}")
+    with (output.parent / SAMPLES).open("w") as log:
+        for task_id, ex in prompts.items():
+            for completion in policy.generate([ex.messages], params, version)[0]:
+                counts["sampled"] += 1
+                parsed = parse_completion(completion.text, ex.task, cfg.eval.backend)
+                m = evaluator.evaluate(ex.task, parsed.code) if parsed.code is not None else None
+                if m is None:
+                    outcome = parsed.reason or "no_code"
+                else:
+                    counts["parsed"] += 1
+                    counts["compiled"] += m.compiled
+                    counts["correct"] += m.correct
+                    outcome = m.rejected or "correct"
+                reasons[outcome] += 1
+                log.write(json.dumps({"task": task_id, "outcome": outcome, "speedup": m.speedup if m else None,
+                                      "text": completion.text}) + "\n")
+                log.flush()
+            progress(f"sampled {task_id}: {dict(counts)}")
     n = max(counts["sampled"], 1)
     return {**{k: counts[k] for k in ("sampled", "parsed", "compiled", "correct")},
             "parse_rate": counts["parsed"] / n, "compile_rate": counts["compiled"] / n,
@@ -151,11 +181,12 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
     enc_train = [encode_example(tokenizer, ex, cfg.sft.max_answer_tokens) for ex in train]
     enc_held = [encode_example(tokenizer, ex, cfg.sft.max_answer_tokens) for ex in held]
     steps_per_epoch = math.ceil(len(enc_train) / cfg.sft.batch_size)
-    trainer = SftTrainer(cfg.policy.model, cfg.learner, total_steps=cfg.sft.epochs * steps_per_epoch, lr=cfg.sft.lr)
+    trainer = SftTrainer(cfg.policy.model, cfg.learner, total_steps=cfg.sft.epochs * steps_per_epoch, lr=cfg.sft.lr,
+                         full=cfg.sft.full_finetune)
     held_before = trainer.token_loss(enc_held) if enc_held else None
     losses: list[float] = []
     rng = random.Random(cfg.sft.seed)
-    adapter = out / "adapter"
+    output = out / output_name(cfg)
     with (out / "metrics.jsonl").open("w") as metrics:
         for epoch in range(cfg.sft.epochs):
             order: list[EncodedExample] = rng.sample(enc_train, len(enc_train))
@@ -165,18 +196,21 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
                 metrics.write(json.dumps({"step": len(losses), "epoch": epoch, **stats}) + "\n")
                 metrics.flush()
                 progress(f"sft step {len(losses)}/{cfg.sft.epochs * steps_per_epoch} loss {stats['sft/loss']:.4f}")
-            # Each epoch's adapter replaces the last: a run stopped later keeps a usable one.
-            trainer.save_adapter(adapter)
-            progress(f"sft epoch {epoch + 1}/{cfg.sft.epochs} done: adapter saved to {adapter}")
+            # Each epoch's weights replace the last: a run stopped later keeps a usable one.
+            if cfg.sft.full_finetune:
+                trainer.save_model(output, tokenizer)
+            else:
+                trainer.save_adapter(output)
+            progress(f"sft epoch {epoch + 1}/{cfg.sft.epochs} done: {output.name} saved to {output}")
     held_after = trainer.token_loss(enc_held) if enc_held else None
     report: dict[str, Any] = {
         "read": len(loaded.items), "skipped": dict(Counter(s.reason for s in loaded.skipped)),
         "verified": len(checked.kept), "refused": checked.counts(),
         "train_examples": len(train), "heldout_examples": len(held),
         "losses": losses, "heldout_loss_before": held_before, "heldout_loss_after": held_after,
-        "adapter": str(adapter),
+        output.name: str(output),
     }
     if cfg.sft.sample_after:
-        report["samples"] = _sample_and_evaluate(cfg, adapter, train, evaluator, progress)
+        report["samples"] = _sample_and_evaluate(cfg, output, train, evaluator, progress)
     (out / REPORT).write_text(json.dumps(report, indent=1))
     return report

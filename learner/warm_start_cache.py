@@ -1,28 +1,37 @@
 """Stage 1 before stage 3 in one command: `train` with `sft.before_train` starts from a warm-start
-adapter, training it first when no run with the same inputs has made one.
+adapter (or fully fine-tuned model), training it first when no run with the same inputs has made one.
 
 The adapter is cached by content: the key hashes everything the warm start's result depends on (the
 model, the sft / learner / prompt / split / backend settings, and the bytes of every source, the
 packaged ladder included), so a changed ladder or learning rate trains a new adapter and an
 unchanged one is reused in seconds.  The cached directory is a whole warm-start run
-(`<cache>/<key>/sft/`: adapter, metrics.jsonl, report.json), so its report stays beside it.
+(`<cache>/<key>/sft/`: adapter or model, metrics.jsonl, report.json), so its report stays beside it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import pickle
+import queue
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from filelock import FileLock
 
-from learner.warm_start import REPORT, SFT_DIR, run_warm_start
+from learner.warm_start import REPORT, SFT_DIR, output_name, run_warm_start
 from rl_kernels.config import Config
 from rl_kernels.tasks.ladder import LADDER_DIR
 from rl_kernels.tasks.suites import BUILTIN_DIR
 
-ADAPTER_CONFIG = "adapter_config.json"
+
+@dataclass(frozen=True)
+class WarmStart:
+    output: Path              # the adapter directory, or the model directory after full fine-tuning
+    report: dict[str, Any]    # its report.json (what was verified, the loss curve, the sampled rates)
+    reused: bool              # found in the cache rather than trained by this call
 
 
 def default_cache_dir() -> Path:
@@ -59,16 +68,63 @@ def warm_start_key(cfg: Config) -> str:
     return h.hexdigest()[:20]
 
 
-def cached_warm_start(cfg: Config, progress: Callable[[str], None]) -> Path:
-    """The warm-start adapter for this config: the cached one, or a new one trained now."""
+def cached_warm_start(cfg: Config, progress: Callable[[str], None]) -> WarmStart:
+    """The warm start for this config: the cached one, or a new one trained now."""
     root = Path(cfg.sft.cache_dir or default_cache_dir()) / warm_start_key(cfg)
-    adapter = root / SFT_DIR / "adapter"
+    output = root / SFT_DIR / output_name(cfg)
+    report = root / SFT_DIR / REPORT
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root) + ".lock"):   # two runs started together train it once
-        # The report is written last: an adapter without it is an earlier epoch of a run that stopped.
-        if (adapter / ADAPTER_CONFIG).is_file() and (root / SFT_DIR / REPORT).is_file():
-            progress(f"warm start: reusing {adapter} (same model, data and settings)")
-            return adapter
-        progress(f"warm start: no adapter for these inputs yet; training one in {root} (stage 1, then train)")
-        run_warm_start(cfg.model_copy(update={"run_dir": root}), progress)
-    return adapter
+        # The report is written last: weights without it are an earlier epoch of a run that stopped.
+        if report.is_file():
+            progress(f"warm start: reusing {output} (same model, data and settings)")
+            return WarmStart(output, json.loads(report.read_text()), reused=True)
+        progress(f"warm start: no {output.name} for these inputs yet; training one in {root} (stage 1, then train)")
+        return WarmStart(output, warm_start_in_child(cfg.model_copy(update={"run_dir": root}), progress), reused=False)
+
+
+def warm_start_in_child(cfg: Config, progress: Callable[[str], None]) -> dict[str, Any]:
+    """`run_warm_start` in a fresh process, its progress lines relayed here as they come: the
+    model, the optimizer state (every weight's, with full fine-tuning) and the distributed world it
+    sets up all go back to the system before stage 3 starts its actors beside this process."""
+    ctx = multiprocessing.get_context("spawn")
+    messages = ctx.Queue()
+    child = ctx.Process(target=_child, args=(cfg, messages), name="rl-kernels-warm-start")
+    child.start()
+    try:
+        while True:
+            try:
+                kind, payload = messages.get(timeout=5.0)
+            except queue.Empty:
+                if not child.is_alive():
+                    raise RuntimeError(f"the warm-start process died (exit code {child.exitcode}) before "
+                                       "reporting; its last lines are above") from None
+                continue
+            if kind == "line":
+                progress(payload)
+            elif kind == "error":
+                raise payload
+            else:
+                return payload
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+
+
+def _child(cfg: Config, messages: Any) -> None:
+    try:
+        messages.put(("report", run_warm_start(cfg, lambda line: messages.put(("line", line)))))
+    except BaseException as exc:  # noqa: BLE001 - relayed to the parent, which raises it
+        try:
+            pickle.dumps(exc)
+        except Exception:  # noqa: BLE001 - an exception that cannot cross processes
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        messages.put(("error", exc))
+
+
+def start_from(cfg: Config, warm: WarmStart) -> Config:
+    """The config stage 3 runs with: the adapter merged in as policy.init_adapter, or the fully
+    fine-tuned model as policy.model."""
+    update = {"model": str(warm.output)} if cfg.sft.full_finetune else {"init_adapter": warm.output}
+    return cfg.model_copy(update={"policy": cfg.policy.model_copy(update=update)})

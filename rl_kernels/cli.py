@@ -239,21 +239,41 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     from cluster.train import TrainDriver
     from rl_kernels.report import write_report
 
+    warm = None
     if cfg.sft.before_train and cfg.policy.init_adapter is None and not args.resume_dir:
-        from learner.warm_start_cache import cached_warm_start
+        from learner.warm_start_cache import cached_warm_start, start_from
 
-        adapter = cached_warm_start(cfg, lambda line: print(line, flush=True))
-        cfg = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"init_adapter": adapter})})
+        warm = cached_warm_start(cfg, lambda line: print(line, flush=True))
+        print(_warm_start_line(warm.report, warm.output, warm.reused), flush=True)
+        cfg = start_from(cfg, warm)
     try:
         summary = TrainDriver(cfg, resume=bool(args.resume_dir)).run()
     except RunDirError as exc:
         raise ConfigError(str(exc).replace("pass --resume", f"pass --resume {cfg.run_dir}")) from None
     report = write_report(Path(cfg.run_dir))
-    print(_train_summary(summary, report.html, cfg.policy.init_adapter))
+    if warm:
+        start = f"from the warm start {warm.output}"
+    elif cfg.policy.init_adapter:
+        start = f"from {cfg.policy.model} with the adapter {cfg.policy.init_adapter} merged in"
+    else:
+        start = f"from {cfg.policy.model} as it is (no warm start in this job)"
+    print(_train_summary(summary, report.html, start))
+    if warm:
+        print("  " + _warm_start_line(warm.report, warm.output, warm.reused))
     return 0
 
 
-def _train_summary(s: dict[str, Any], report: Path, init_adapter: Path | None = None) -> str:
+def _warm_start_line(report: dict[str, Any], output: Path, reused: bool) -> str:
+    """Stage 1 in one line: what it trained on and what its policy wrote afterwards."""
+    samples = report.get("samples")
+    rates = (f"its samples {samples['compile_rate']:.0%} compiled, {samples['correct_rate']:.0%} correct "
+             f"({samples['sampled']} sampled)" if samples else "not sampled (sft.sample_after=0)")
+    losses = report["losses"]
+    return (f"stage 1 (warm start{', reused' if reused else ''}): {report['train_examples']} verified examples, "
+            f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; after it {rates}; {output}")
+
+
+def _train_summary(s: dict[str, Any], report: Path, start: str) -> str:
     trend = s["reward_trend"]
     fmt = lambda x: f"{x:.3f}" if x is not None else "-"  # noqa: E731
     best = s["best_speedup_per_task"]
@@ -263,8 +283,7 @@ def _train_summary(s: dict[str, Any], report: Path, init_adapter: Path | None = 
         f"({s['steps_per_hour']:.0f} steps/h, learner idle {s['learner_idle_ratio']:.2f})"
         + (f"; resumed at step {resumed['step']} (v{resumed['version']}, {resumed['requeued']} groups re-queued)"
            if resumed else ""),
-        "  stage: GRPO (stage 3) " + (f"from the warm-start adapter {init_adapter}" if init_adapter
-                                      else "from the base model (no warm start)"),
+        f"  stage: GRPO (stage 3) {start}",
         f"  reward trend: first third of steps {fmt(trend['first_steps_reward'])} -> last third "
         f"{fmt(trend['last_steps_reward'])}; completions parsed {s['parsed']}, compiled {s['compiled']}, "
         f"correct {s['correct']} of {s['completions']}",
@@ -292,10 +311,9 @@ def cmd_selftrain(args: argparse.Namespace, cfg: Config) -> int:
     from cluster.selftrain import SelfTrainDriver
 
     try:
-        s = SelfTrainDriver(cfg).run()
-    except RunDirError:
-        raise ConfigError(f"{cfg.run_dir} already holds a run and selftrain cannot resume one yet: "
-                          "set run_dir=... for a new one") from None
+        s = SelfTrainDriver(cfg, resume=bool(args.resume_dir)).run()
+    except RunDirError as exc:
+        raise ConfigError(str(exc).replace("pass --resume", f"pass --resume {cfg.run_dir}")) from None
     kept = [r["selftrain/kept"] for r in s["rounds"]]
     correct = [f"{r['selftrain/correct']}/{r['selftrain/samples']}" for r in s["rounds"]]
     print(f"selftrain: {len(s['rounds'])} round(s), correct per round {', '.join(correct)}, kept {kept}, "
@@ -309,12 +327,13 @@ def cmd_sft(args: argparse.Namespace, cfg: Config) -> int:
 
     report = run_warm_start(cfg, lambda line: print(line, file=sys.stderr, flush=True))
     samples = report.get("samples") or {}
+    output = report.get("adapter") or report["model"]
     print(f"warm start: {report['verified']} of {report['read']} kernels verified (refused {report['refused']}), "
           f"{report['train_examples']} trained on over {len(report['losses'])} steps, loss "
           f"{report['losses'][0]:.3f} -> {report['losses'][-1]:.3f}; held-out loss "
           f"{report['heldout_loss_before']} -> {report['heldout_loss_after']}; after training "
           f"{samples.get('compile_rate', 0):.0%} compiled, {samples.get('correct_rate', 0):.0%} correct; "
-          f"adapter {report['adapter']}")
+          f"{'adapter' if 'adapter' in report else 'model'} {output}")
     return 0
 
 
@@ -404,10 +423,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue RUN_DIR from its last checkpoint (its config.yaml is the base config)")
     _common(p)
     p = sub.add_parser("sft", help="supervised warm start: re-verify the configured kernels (sft.sources), train "
-                                   "a LoRA adapter on them, sample and evaluate the result")
+                                   "a LoRA adapter (or every weight: sft.full_finetune) on them, sample and "
+                                   "evaluate the result")
     _common(p)
     p = sub.add_parser("selftrain", help="self-training rounds: sample the policy through the rollout pipeline, keep "
                                          "the verified kernels, fine-tune on them, publish the next version")
+    p.add_argument("--resume", dest="resume_dir", metavar="RUN_DIR",
+                   help="continue RUN_DIR after its last finished round (its config.yaml is the base config)")
     _common(p)
     p = sub.add_parser("heldout", help="sample a run's policy on the held-out tasks (never trained on) and report "
                                        "pass@k, compile / correct rates and the geomean speedup")

@@ -302,10 +302,18 @@ class PolicyConfig(_Strict):
 class PromptConfig(_Strict):
     """Contrastive-RL prompts: exemplars from the archive, bucketed by speedup."""
 
-    mode: Literal["contrastive", "plain"] = "contrastive"
-    num_exemplars: int = Field(2, ge=0)
-    num_buckets: int = Field(4, ge=1)
-    tau: float = Field(1.0, gt=0)
+    mode: Literal["contrastive", "plain"] = Field("contrastive", description=(
+        "contrastive: the prompt shows archived kernels of the task with their measured speedups (CUDA-L1); "
+        "plain: the task alone. The ablation switch: flip it and keep everything else"))
+    num_exemplars: int = Field(2, ge=0, description=(
+        "archived kernels shown per contrastive prompt (at most num_buckets); more context to contrast, "
+        "more prompt tokens to encode and train on; 0 sends plain prompts"))
+    num_buckets: int = Field(4, ge=1, description=(
+        "equal-count speedup quantiles of a task's archive; exemplars come from different buckets, so a "
+        "prompt contrasts kernels of different quality"))
+    tau: float = Field(1.0, gt=0, description=(
+        "temperature of the bucket draw over log-speedup; smaller favours the fastest kernels, larger "
+        "shows the whole range"))
 
 
 class ClusterConfig(_Strict):
@@ -456,6 +464,9 @@ class SftConfig(_Strict):
 
     sources: list[SftSourceConfig] = Field(default_factory=list, description=(
         "where the kernels come from; every item is re-verified by the evaluator before training"))
+    tasks: list[str] | None = Field(None, description=(
+        "keep only these task ids' kernels (the rest are skipped as `not_selected`); None: every training "
+        "task a source covers. Fewer tasks make a shorter warm start that knows only those tasks"))
     epochs: int = Field(3, ge=1, description=(
         "passes over the verified training examples; more fits the format faster and memorises more"))
     batch_size: int = Field(8, ge=1, description=(
@@ -472,6 +483,9 @@ class SftConfig(_Strict):
     lr: float | None = Field(None, gt=0, description=(
         "the warm start's learning rate; unset: learner.lr (GRPO's, usually far lower than supervised "
         "fine-tuning on a few hundred examples wants); higher fits faster and forgets more of the base"))
+    full_finetune: bool = Field(False, description=(
+        "train every weight instead of a LoRA adapter (learner.lora); writes a whole model (sft/model) that train "
+        "uses as policy.model. Fits few examples faster; AdamW state for every weight (~3x the model's memory)"))
     jobs: int = Field(0, ge=0, description="parallel verification builds; 0: every core of this machine")
     seed: int = Field(0, description="the held-out draw and the example order")
     before_train: bool = Field(False, description=(

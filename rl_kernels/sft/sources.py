@@ -28,7 +28,8 @@ from rl_kernels.types import Task
 
 SourceKind = Literal["jsonl", "cuda_l2", "cuda_l1", "archive", "builtin"]
 # Why an item of a source was not used (before verification).
-SkipReason = Literal["malformed", "unknown_task", "no_code", "not_a_kernel_name", "heldout_task"]
+SkipReason = Literal["malformed", "unknown_task", "no_code", "not_a_kernel_name", "heldout_task",
+                     "not_selected"]
 _HGEMM_FILE = re.compile(r"^(\d+)_(\d+)_(\d+)\.cu$")
 
 

@@ -14,6 +14,7 @@ pytest.importorskip("ray")
 from test_rollout_ray import ANSWER, MAX_NEW_TOKENS, TASK  # noqa: E402
 from tiny_model import save_memorizing_llama  # noqa: E402
 
+from cluster.driver import RunDirError  # noqa: E402
 from cluster.selftrain import SUMMARY, SelfTrainDriver, round_examples  # noqa: E402
 from learner.publish import published_versions  # noqa: E402
 from rl_kernels.config import load_config  # noqa: E402
@@ -47,7 +48,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_memorizing_llama(tmp_path_factory.mktemp("memorizing"), ANSWER)
 
 
-def test_two_rounds_sample_keep_train_publish_and_sample_the_new_version(
+def test_two_rounds_sample_keep_train_publish_and_sample_the_new_version_then_a_resume_adds_a_third(
         ray_cluster: Any, model_dir: Path, cache_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     cfg = load_config(REPO / "configs" / "local.yaml", [
@@ -68,3 +69,20 @@ def test_two_rounds_sample_keep_train_publish_and_sample_the_new_version(
     assert [r["selftrain/round"] for r in read_metrics(run) if "selftrain/round" in r] == [1, 2]
     assert json.loads((run / SUMMARY).read_text())["version"] == 2
     assert summary["archive"] and summary["archive"][0]["task_id"] == TASK     # verified kernels archived
+
+    # --resume with one more round: continues the committed rounds' trainer and version, loses nothing.
+    resumed = SelfTrainDriver(cfg.model_copy(update={"selftrain": cfg.selftrain.model_copy(update={"rounds": 3})}),
+                              resume=True, progress=False)
+    again = resumed.run()
+    assert [r["selftrain/round"] for r in again["rounds"]] == [1, 2, 3]
+    assert again["rounds"][2]["selftrain/sampled_version"] == 2 and again["version"] == 3
+    assert [g.policy_version for _, g in read_groups(run)] == [0, 1, 2]
+    assert resumed.trainer is not None and resumed.trainer.pe.optimizer_steps == 3   # 2 restored + 1
+    assert published_versions(run) == [1, 2, 3]
+    # Nothing left to do: a second resume with the same round count samples nothing.
+    done = SelfTrainDriver(cfg.model_copy(update={"selftrain": cfg.selftrain.model_copy(update={"rounds": 3})}),
+                           resume=True, progress=False).run()
+    assert len(done["rounds"]) == 3 and len(list(read_groups(run))) == 3
+    # Without --resume the run directory is refused, not overwritten.
+    with pytest.raises(RunDirError, match="pass --resume"):
+        SelfTrainDriver(cfg, progress=False)

@@ -98,3 +98,16 @@ def test_the_builtin_ladder_source_drops_its_held_out_tasks_by_itself(tmp_path: 
     assert held == {"builtin/swiglu", "builtin/max_dim", "builtin/linear_gelu_scale"}
     assert trained == {t.id for t in load_suite("builtin")} - held
     assert all(it.analysis.startswith("### Performance analysis") for it in loaded.items)
+
+
+def test_sft_tasks_keeps_only_the_named_tasks_and_refuses_held_out_or_unknown_ones(tmp_path: Path) -> None:
+    base = [f"run_dir={tmp_path}", 'sft.sources=[{"kind": "builtin"}]']
+    cfg = load_config(None, [*base, "sft.tasks=[builtin/softmax,builtin/rmsnorm]"])
+    loaded = _read(cfg, lambda line: None)
+    assert {it.task.id for it in loaded.items} == {"builtin/softmax", "builtin/rmsnorm"}
+    assert len(loaded.items) == 6                                   # three rungs each
+    assert {s.reason for s in loaded.skipped} == {"not_selected"}   # held-out rungs are not selected either
+    with pytest.raises(HeldoutLeak, match="builtin/swiglu"):
+        _read(load_config(None, [*base, "sft.tasks=[builtin/softmax,builtin/swiglu]"]), lambda line: None)
+    with pytest.raises(ConfigError, match=r"sft.tasks names \['builtin/nope'\]"):
+        _read(load_config(None, [*base, "sft.tasks=[builtin/softmax,builtin/nope]"]), lambda line: None)

@@ -19,7 +19,8 @@ from tiny_model import PROMPTS, save_tiny_llama
 
 from learner.engine import lr_factor
 from learner.publish import adapter_dir, prune_adapters, publish_adapter, published_versions
-from learner.trainer import GrpoTrainer, checkpoint_steps, rotate_checkpoints
+from learner.checkpoints import checkpoint_steps, rotate_checkpoints
+from learner.trainer import GrpoTrainer
 from rl_kernels.config import GrpoConfig, LearnerConfig
 from rl_kernels.policy import SamplingParams
 from rl_kernels.policy.hf import HFPolicy

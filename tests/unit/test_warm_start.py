@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from tiny_model import save_tiny_llama
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from learner.warm_start_cache import cached_warm_start, warm_start_key
+from learner.warm_start_cache import cached_warm_start, start_from, warm_start_key
 from rl_kernels.cli import main
 from rl_kernels.config import load_config
 from rl_kernels.tasks import get_task
@@ -44,6 +46,8 @@ def test_the_warm_start_job_verifies_trains_samples_and_reports(tmp_path: Path,
     assert report["heldout_loss_after"] is not None and report["samples"]["sampled"] == 1
     assert (run / "sft" / "adapter" / "adapter_config.json").is_file()
     assert len((run / "sft" / "metrics.jsonl").read_text().splitlines()) == 3
+    sample = json.loads((run / "sft" / "samples.jsonl").read_text())          # what the policy wrote, kept
+    assert sample["task"] == HGEMM and sample["outcome"] in report["samples"]["outcomes"] and "text" in sample
     assert "verified 1/3" in out.err and "sft step 3/3" in out.err        # progress as it happens
     assert "sft epoch 1/3 done: adapter saved" in out.err                 # a stopped run keeps an adapter
     assert "2 of 3 kernels verified" in out.out
@@ -64,16 +68,20 @@ def test_train_before_warm_start_trains_once_and_reuses_the_adapter_for_the_same
                  f'sft.sources=[{{"kind": "jsonl", "path": "{data}"}}]']
     cfg = load_config(None, overrides)
     lines: list[str] = []
-    adapter = cached_warm_start(cfg, lines.append)
+    warm = cached_warm_start(cfg, lines.append)
+    adapter = warm.output
     assert (adapter / "adapter_config.json").is_file() and adapter.is_relative_to(tmp_path / "warm")
+    assert not warm.reused and warm.report["train_examples"] == 1
+    assert start_from(cfg, warm).policy.init_adapter == adapter
     assert any("training one" in line for line in lines) and any("verified 1/1" in line for line in lines)
     lines.clear()
-    assert cached_warm_start(cfg, lines.append) == adapter
+    again = cached_warm_start(cfg, lines.append)
+    assert again.output == adapter and again.reused and again.report == warm.report
     assert lines == [f"warm start: reusing {adapter} (same model, data and settings)"]
     # An adapter without the report is an epoch of a run that stopped: it is trained again, not reused.
     (adapter.parent / "report.json").unlink()
     lines.clear()
-    assert cached_warm_start(cfg, lines.append) == adapter
+    assert cached_warm_start(cfg, lines.append).output == adapter
     assert any("training one" in line for line in lines) and (adapter.parent / "report.json").is_file()
     # Anything the adapter depends on gives another key; where it is cached does not.
     key = warm_start_key(cfg)
@@ -81,3 +89,25 @@ def test_train_before_warm_start_trains_once_and_reuses_the_adapter_for_the_same
     assert warm_start_key(load_config(None, [*overrides, f"sft.cache_dir={tmp_path}"])) == key
     data.write_text(data.read_text() + json.dumps({"task": HGEMM, "source": "// another\n"}) + "\n")
     assert warm_start_key(cfg) != key
+
+
+def test_full_fine_tuning_writes_a_model_that_train_loads_as_its_policy(tmp_path: Path) -> None:
+    data = tmp_path / "kernels.jsonl"
+    data.write_text(json.dumps({"task": HGEMM, "source": get_task(HGEMM).seeds["cpu"]}) + "\n")
+    model = save_tiny_llama(tmp_path / "tiny")
+    cfg = load_config(None, [f"policy.model={model}", "policy.max_new_tokens=8", "learner.zero_stage=0",
+                             f"eval.build.cache_dir={tmp_path / 'cache'}", "sft.epochs=3", "sft.lr=0.001",
+                             "sft.heldout_fraction=0", "sft.sample_after=1", "sft.max_answer_tokens=64",
+                             "sft.full_finetune=true", f"sft.cache_dir={tmp_path / 'warm'}",
+                             f'sft.sources=[{{"kind": "jsonl", "path": "{data}"}}]'])
+    warm = cached_warm_start(cfg, lambda line: None)
+    assert warm.output.name == "model" and warm.report["model"] == str(warm.output)
+    assert warm.report["losses"][-1] < warm.report["losses"][0] and warm.report["samples"]["sampled"] == 1
+    assert not (warm.output / "adapter_config.json").exists()
+    tuned = AutoModelForCausalLM.from_pretrained(warm.output)      # a whole model with its tokenizer
+    AutoTokenizer.from_pretrained(warm.output)
+    base = AutoModelForCausalLM.from_pretrained(model)
+    moved = [n for n, p in tuned.state_dict().items() if not torch.equal(p, base.state_dict()[n])]
+    assert len(moved) > len(base.state_dict()) // 2                  # every weight trained, not an adapter
+    started = start_from(cfg, warm)
+    assert started.policy.model == str(warm.output) and started.policy.init_adapter is None
