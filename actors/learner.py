@@ -17,12 +17,11 @@ from typing import Any
 import ray
 
 from learner.publish import adapter_dir, prune_adapters, publish_adapter, published_versions
-from learner.checkpoints import checkpoint_steps, rotate_checkpoints
+from learner.checkpoints import CHECKPOINTS, checkpoint_steps, rotate_checkpoints
 from learner.trainer import GrpoTrainer
 from rl_kernels.config import Config
 from rl_kernels.trajectories import Group
 
-CHECKPOINTS = "checkpoints"
 
 
 @ray.remote(max_concurrency=1)

@@ -35,7 +35,7 @@ from typing import Any
 
 from cluster.driver import RolloutDriver
 from cluster.graph import ProducerGraph, build_graph, kill_graph
-from learner.checkpoints import checkpoint_steps, python_rng_state, rotate_checkpoints
+from learner.checkpoints import CHECKPOINTS, checkpoint_steps, python_rng_state, rotate_checkpoints
 from learner.publish import adapter_dir, publish_adapter
 from learner.sft import EncodedExample, SftTrainer
 from rl_kernels.metrics import MetricsSink, group_metrics
@@ -44,7 +44,6 @@ from rl_kernels.types import Task
 
 SUMMARY = "selftrain_summary.json"
 ROUNDS = "selftrain_rounds.jsonl"   # one line per finished round: the commit point a resume starts after
-CHECKPOINTS = "checkpoints"
 
 
 def kept(t: Trajectory, rule: str) -> bool:
@@ -154,8 +153,7 @@ class SelfTrainDriver(RolloutDriver):
         version = self.version + 1
         path = publish_adapter(self.trainer.save_adapter, self.run_dir, version)   # type: ignore[union-attr]
         checkpoints = self.run_dir / CHECKPOINTS
-        self.trainer.save_checkpoint(checkpoints, r, {"round": r, "version": version,   # type: ignore[union-attr]
-                                                      "shuffle_rng": self._rng.getstate()})
+        self.trainer.save_checkpoint(checkpoints, r, {"shuffle_rng": self._rng.getstate()})   # type: ignore[union-attr]
         rotate_checkpoints(checkpoints, self.cfg.train.keep_checkpoints)
         await self._announce(graph, version, path)
         record.update({"selftrain/sft_steps": len(losses), "selftrain/loss": sum(losses) / len(losses),

@@ -18,6 +18,7 @@ import torch
 
 from learner.engine import PolicyEngine
 
+CHECKPOINTS = "checkpoints"   # the run directory's folder of them
 CHECKPOINT_PREFIX = "step-"
 
 

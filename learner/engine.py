@@ -167,9 +167,9 @@ def grad_norm_then_step(pe: PolicyEngine) -> float:
     return norm
 
 
-def save_adapter(pe: PolicyEngine, directory: Path) -> None:
-    """The trained adapter as a PEFT directory (what generators load), or with full fine-tuning the
-    whole model's weights and config. Under ZeRO-3 the trained weights are partitioned, so they are
+def save_trained(pe: PolicyEngine, directory: Path) -> None:
+    """What the engine trains, saved for loading: the adapter as a PEFT directory (what generators
+    load), or with full fine-tuning the whole model's weights and config. Under ZeRO-3 the trained weights are partitioned, so they are
     gathered first."""
     params = [p for p in pe.model.parameters() if p.requires_grad]
     if pe.zero_stage == 3:

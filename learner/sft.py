@@ -18,7 +18,7 @@ import torch
 
 from learner.batch import Sample, micro_batches
 from learner.checkpoints import load_checkpoint, save_checkpoint
-from learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_adapter,
+from learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_trained,
                             token_logprobs)
 from rl_kernels.config import LearnerConfig
 from rl_kernels.sft.examples import SftExample
@@ -102,11 +102,11 @@ class SftTrainer:
     def save_adapter(self, directory: Path) -> None:
         if self.full:
             raise ValueError("a fully fine-tuned model has no adapter: save it with save_model")
-        save_adapter(self.pe, directory)
+        save_trained(self.pe, directory)
 
     def save_model(self, directory: Path, tokenizer: Any) -> None:
         """The fully fine-tuned weights with the tokenizer: a model directory `policy.model` loads."""
         if not self.full:
             raise ValueError("a LoRA warm start saves an adapter (save_adapter), not a model")
-        save_adapter(self.pe, directory)
+        save_trained(self.pe, directory)
         tokenizer.save_pretrained(str(directory))

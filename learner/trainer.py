@@ -25,7 +25,7 @@ import torch
 
 from learner.batch import MicroBatch, TrainBatch, assemble_batch, micro_batches
 from learner.checkpoints import load_checkpoint, save_checkpoint
-from learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_adapter,
+from learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_trained,
                             token_logprobs)
 from learner.grpo import grpo_loss
 from rl_kernels.config import GrpoConfig, LearnerConfig
@@ -81,7 +81,7 @@ class GrpoTrainer:
                     sums["mismatch_tokens"] += terms.mismatch_kl * tokens
                     sums["is_weight"] += terms.is_weight_mean * mb.mask.size(0)
                     sums["is_masked"] += terms.is_masked_sequences
-            sums["grad_norm"] = self._grad_norm_then_step()
+            sums["grad_norm"] = grad_norm_then_step(self.pe)
         elapsed = time.monotonic() - t0
         return self._stats(batch, sums, elapsed)
 
@@ -94,9 +94,6 @@ class GrpoTrainer:
         term costs one forward and no second model."""
         with self.model.disable_adapter():
             return self._logprobs(mb)[0]
-
-    def _grad_norm_then_step(self) -> float:
-        return grad_norm_then_step(self.pe)
 
     @property
     def optimizer_steps(self) -> int:
@@ -126,7 +123,7 @@ class GrpoTrainer:
 
     # ---- adapters and checkpoints ---------------------------------------------------------------
     def save_adapter(self, directory: Path) -> None:
-        save_adapter(self.pe, directory)
+        save_trained(self.pe, directory)
 
     def save_checkpoint(self, directory: Path, step: int, client_state: dict[str, Any]) -> Path:
         """DeepSpeed engine state plus `client_state` and the RNGs, under tag `step-{step}`."""

@@ -327,13 +327,13 @@ def cmd_sft(args: argparse.Namespace, cfg: Config) -> int:
 
     report = run_warm_start(cfg, lambda line: print(line, file=sys.stderr, flush=True))
     samples = report.get("samples") or {}
-    output = report.get("adapter") or report["model"]
+    kind = "adapter" if "adapter" in report else "model"
     print(f"warm start: {report['verified']} of {report['read']} kernels verified (refused {report['refused']}), "
           f"{report['train_examples']} trained on over {len(report['losses'])} steps, loss "
           f"{report['losses'][0]:.3f} -> {report['losses'][-1]:.3f}; held-out loss "
           f"{report['heldout_loss_before']} -> {report['heldout_loss_after']}; after training "
           f"{samples.get('compile_rate', 0):.0%} compiled, {samples.get('correct_rate', 0):.0%} correct; "
-          f"{'adapter' if 'adapter' in report else 'model'} {output}")
+          f"{kind} {report[kind]}")
     return 0
 
 

@@ -85,8 +85,8 @@ def check_rung(rung: Rung, device: str) -> RungCheck:
     import torch
 
     from rl_kernels.config import CorrectnessConfig
-    from rl_kernels.evaluation.correctness import Comparison, compare_values, dtype_tolerance
-    from rl_kernels.evaluation.reasons import Reason
+    from rl_kernels.evaluation.correctness import (Comparison, as_output_list, check_structure, compare_values,
+                                                   dtype_tolerance)
 
     namespace: dict[str, Any] = {}
     exec(compile(rung.source, rung.origin, "exec"), namespace)
@@ -101,14 +101,14 @@ def check_rung(rung: Rung, device: str) -> RungCheck:
     verdict = Comparison(None)
     with torch.no_grad():
         for inputs in [program.get_inputs(), *program.get_variant_inputs()]:
-            got = candidate(*[x.to(device) for x in inputs]).cpu()
-            expected = ref64(*[x.double() for x in inputs])
-            if got.shape != expected.shape:
-                verdict = Comparison(Reason.WRONG_SHAPE, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
-            elif got.dtype != torch.float32:
-                verdict = Comparison(Reason.WRONG_DTYPE, f"dtype {got.dtype}, expected torch.float32")
-            else:
-                verdict = compare_values([got], [expected], tol)
+            outs = as_output_list(candidate(*[x.to(device) for x in inputs]))
+            got = [o.cpu() if isinstance(o, torch.Tensor) else o for o in outs]
+            expected = as_output_list(ref64(*[x.double() for x in inputs]))
+            # The evaluator's structure check against the float32 outputs the task's Model returns,
+            # then its value bounds against the float64 ones.
+            verdict = check_structure(got, [e.float() for e in expected])
+            if verdict.ok:
+                verdict = compare_values(got, expected, tol)
             if not verdict.ok:
                 break
     return RungCheck(verdict, candidate, reference.to(device))
