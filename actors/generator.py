@@ -30,6 +30,7 @@ import ray
 
 from actors.restarts import call_surviving_restarts
 from rl_kernels.config import ClusterConfig, PolicyConfig
+from rl_kernels.host_share import HostShare
 from rl_kernels.policy import Completion, Messages, SamplingParams, adapter_name
 from rl_kernels.policy.factory import make_policy
 
@@ -56,11 +57,12 @@ class AdapterNotLoadedError(LookupError):
 @ray.remote(max_concurrency=1, concurrency_groups={"control": 1, "adapters": 1})
 class GeneratorActor:
     """One policy replica. Create it with `generator_options(...)` and
-    max_loaded_adapters = rollout.max_staleness + 2."""
+    max_loaded_adapters = rollout.max_staleness + 2, and the host share (`eval.quiet_host`) when a timer
+    measures on the cores it samples on."""
 
-    def __init__(self, cfg: PolicyConfig, max_loaded_adapters: int) -> None:
+    def __init__(self, cfg: PolicyConfig, max_loaded_adapters: int, host: HostShare | None = None) -> None:
         self.cfg = cfg
-        self.policy = make_policy(cfg, max_loaded_adapters=max_loaded_adapters)
+        self.policy = make_policy(cfg, max_loaded_adapters=max_loaded_adapters, host=host)
         self._loaded = self.policy.loaded_versions()
         self._in_flight: int | None = None  # adapter version being sampled now (read by `stats`)
         self._counts = {"generate_calls": 0, "prompts": 0, "completions": 0, "generated_tokens": 0,

@@ -20,6 +20,7 @@ from learner.publish import adapter_dir, prune_adapters, publish_adapter, publis
 from learner.checkpoints import CHECKPOINTS, checkpoint_steps, rotate_checkpoints
 from learner.trainer import GrpoTrainer
 from rl_kernels.config import Config
+from rl_kernels.host_share import host_share
 from rl_kernels.trajectories import Group
 
 
@@ -31,7 +32,8 @@ class LearnerActor:
         self.run_dir = Path(cfg.run_dir)
         self.keep_versions = keep_versions
         self.trainer = GrpoTrainer(cfg.policy.model, cfg.learner, cfg.grpo, temperature=cfg.policy.temperature,
-                                   total_steps=cfg.train.max_steps, init_adapter=cfg.policy.init_adapter)
+                                   total_steps=cfg.train.max_steps, init_adapter=cfg.policy.init_adapter,
+                                   host=host_share(cfg.eval))
         self.step = 0
         self.version = 0
         self._checkpoint_versions: dict[int, int] = {}   # checkpoint step -> its policy version

@@ -72,6 +72,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel builds")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     overrides = list(args.overrides) + ([f"eval.backend={args.backend}"] if args.backend else [])
     cfg = load_config(args.config, overrides).eval
     tasks = [get_task(t) for t in args.tasks.split(",")] if args.tasks else load_suite("builtin")

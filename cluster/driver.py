@@ -37,7 +37,8 @@ from rl_kernels.metrics import MetricsSink, group_metrics
 from rl_kernels.policy import BASE_VERSION, Completion
 from rl_kernels.policy.factory import sampling_params
 from rl_kernels.prompts import parse_completion
-from rl_kernels.rollout import SEED_POLICY_VERSION, Tally, TaskCycle, build_failure, make_prompt, trajectory
+from rl_kernels.rollout import (SEED_POLICY_VERSION, Tally, TaskCycle, build_failure, group_line, make_prompt,
+                                trajectory)
 from rl_kernels.tasks import load_suite
 from rl_kernels.tasks.split import task_split
 from rl_kernels.trajectories import FILENAME as TRAJECTORIES, Group, Trajectory
@@ -189,6 +190,7 @@ class RolloutDriver:
 
     async def _group(self, graph: ProducerGraph, gid: str, version: int, task: Task, bar: Any) -> Group | None:
         """Produce, persist and count one group; None when it failed (its generator, or a driver bug)."""
+        t0 = time.monotonic()
         try:
             group = await self._produce(graph, gid, version, task)
             if group is None:
@@ -204,6 +206,8 @@ class RolloutDriver:
         if bar is not None:
             bar.update(1)
             bar.set_postfix(self.tally.postfix(), refresh=False)
+        else:
+            print(group_line(group, status, time.monotonic() - t0), flush=True)
         return group
 
     async def _produce(self, graph: ProducerGraph, gid: str, version: int, task: Task) -> Group | None:

@@ -22,6 +22,7 @@ from actors.learner import LearnerActor, learner_options
 from actors.timer import TimerActor, timer_options
 from cluster.pools import ActorPool
 from rl_kernels.config import Config, EvalConfig
+from rl_kernels.host_share import host_share
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ async def build_graph(cfg: Config, *, learner: bool) -> ProducerGraph:
             opts["num_gpus"] = shared_timer_gpus(cfg, learner=learner)
         timers.append(TimerActor.options(**opts).remote(tcfg))
     generators = [GeneratorActor.options(**generator_options(c, cfg.policy)).remote(
-        cfg.policy, cfg.rollout.max_staleness + 2) for _ in range(c.num_generators)]
+        cfg.policy, cfg.rollout.max_staleness + 2, host_share(cfg.eval)) for _ in range(c.num_generators)]
     trainer = None
     if learner:
         # Adapters on disk: what generators may still need (max_staleness + 2 versions, as they keep).

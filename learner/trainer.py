@@ -29,6 +29,7 @@ from learner.engine import (build_policy_engine, grad_norm_then_step, init_distr
                             token_logprobs)
 from learner.grpo import grpo_loss
 from rl_kernels.config import GrpoConfig, LearnerConfig
+from rl_kernels.host_share import HostShare, SharedUse
 from rl_kernels.trajectories import Group
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,11 @@ class GrpoTrainer:
     """Owns the model, the LoRA adapter and the DeepSpeed engine of one learner process."""
 
     def __init__(self, model: str, cfg: LearnerConfig, grpo: GrpoConfig, *, temperature: float,
-                 total_steps: int | None = None, init_adapter: Path | None = None) -> None:
+                 total_steps: int | None = None, init_adapter: Path | None = None,
+                 host: HostShare | None = None) -> None:
         init_distributed(cfg.device)
         self.cfg, self.grpo, self.temperature = cfg, grpo, temperature
+        self.host = host   # with a host share, training yields to timers between micro-batches
         self.device = torch.device(cfg.device)
         self.on_gpu = self.device.type == "cuda"
         self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps), init_adapter)
@@ -62,26 +65,28 @@ class GrpoTrainer:
         # Nothing to learn from (every group zero-variance, every completion truncated): no
         # optimizer step, or Adam's momentum would keep moving the weights on zero gradients.
         epochs = self.cfg.epochs_per_batch if batch.global_tokens else 0
-        for epoch in range(epochs):
-            for k, mb in enumerate(mbs):
-                logprobs, entropy = self._logprobs(mb)
-                if epoch == 0:
-                    old.append(logprobs.detach())
-                ref = self._reference_logprobs(mb) if self.grpo.kl_coef > 0 else None
-                terms = grpo_loss(logprobs, old[k], mb.behaviour_logprobs, mb.advantages, mb.mask,
-                                  counted, self.grpo, ref_logprobs=ref)
-                self.engine.backward(terms.loss, scale_wrt_gas=False)
-                if epoch == epochs - 1:
-                    tokens = float(mb.mask.sum())
-                    sums["loss"] += float(terms.loss.detach())
-                    sums["policy_loss"] += terms.policy_loss
-                    sums["kl"] += terms.kl
-                    sums["clip_tokens"] += terms.clip_fraction * tokens
-                    sums["entropy_tokens"] += float((entropy.detach() * mb.mask).sum())
-                    sums["mismatch_tokens"] += terms.mismatch_kl * tokens
-                    sums["is_weight"] += terms.is_weight_mean * mb.mask.size(0)
-                    sums["is_masked"] += terms.is_masked_sequences
-            sums["grad_norm"] = grad_norm_then_step(self.pe)
+        with SharedUse(self.host) as use:
+            for epoch in range(epochs):
+                for k, mb in enumerate(mbs):
+                    use.between()   # a waiting timer measures before this micro-batch
+                    logprobs, entropy = self._logprobs(mb)
+                    if epoch == 0:
+                        old.append(logprobs.detach())
+                    ref = self._reference_logprobs(mb) if self.grpo.kl_coef > 0 else None
+                    terms = grpo_loss(logprobs, old[k], mb.behaviour_logprobs, mb.advantages, mb.mask,
+                                      counted, self.grpo, ref_logprobs=ref)
+                    self.engine.backward(terms.loss, scale_wrt_gas=False)
+                    if epoch == epochs - 1:
+                        tokens = float(mb.mask.sum())
+                        sums["loss"] += float(terms.loss.detach())
+                        sums["policy_loss"] += terms.policy_loss
+                        sums["kl"] += terms.kl
+                        sums["clip_tokens"] += terms.clip_fraction * tokens
+                        sums["entropy_tokens"] += float((entropy.detach() * mb.mask).sum())
+                        sums["mismatch_tokens"] += terms.mismatch_kl * tokens
+                        sums["is_weight"] += terms.is_weight_mean * mb.mask.size(0)
+                        sums["is_masked"] += terms.is_masked_sequences
+                sums["grad_norm"] = grad_norm_then_step(self.pe)
         elapsed = time.monotonic() - t0
         return self._stats(batch, sums, elapsed)
 

@@ -92,6 +92,11 @@ class SandboxConfig(_Strict):
     hang_floor_s: float = Field(10.0, gt=0, description=(
         "Seconds of silence the watchdog always allows once the candidate is loaded (its __init__, a "
         "batch of queued calls); the floor of how fast a hang is reported"))
+    keep_freed_memory: bool = Field(True, description=(
+        "The worker's glibc keeps freed memory for reuse (no mmap per large allocation, no trimming): "
+        "a call's temporaries then cost what they cost in a long-running process, instead of a "
+        "page-fault storm that one worker process got and the next did not (eager rmsnorm on cpu: "
+        "3.5 or 9 ms by process); false times the allocator's default behaviour"))
 
 
 class CorrectnessConfig(_Strict):
@@ -267,6 +272,11 @@ class EvalConfig(_Strict):
     exclude_degenerate: bool = True
     allow_torch_rewrites: bool = False
     shared_device: bool = False
+    quiet_host: bool = Field(False, description=(
+        "a host whose cores the timer shares with the generator, learner and compile jobs (the cpu "
+        "embedded default): they pause at their next token / micro-batch / build while an evaluation "
+        "holds the device (rl_kernels/host_share.py); steadier speedups and multi-threaded candidates "
+        "timed on every core, at the price of that work waiting for each evaluation"))
     seed: int | None = Field(None, description=(
         "None: fresh entropy from the OS for every evaluation (inputs, re-checked calls, pool order; "
         "recorded in the Measurement); an int fixes them all, reproducible but predictable by a candidate"))

@@ -91,6 +91,17 @@ def trajectory(index: int, completion: Completion, parsed: ParsedAnswer, measure
                       truncated=completion.truncated, detail=detail)
 
 
+def group_line(group: Group, status: str, seconds: float) -> str:
+    """One console line per finished group, so a run whose first learner step is minutes away
+    shows what it is doing: task, version, how many completions compiled and passed, their speedups."""
+    ms = [t.measurement for t in group.trajectories]
+    compiled = sum(1 for m in ms if m is not None and m.compiled)
+    correct = sorted((m.speedup for m in ms if m is not None and m.correct and m.speedup is not None), reverse=True)
+    speeds = " ".join(f"{x:.2f}x" for x in correct) or "-"
+    return (f"group {group.group_id[:7]} {group.task_id} v{group.policy_version}: {len(ms)} completions, "
+            f"{compiled} compiled, {len(correct)} correct ({speeds}), {status}, {seconds:.0f} s")
+
+
 @dataclass
 class Tally:
     """Running counts for the progress bar and the final summary."""

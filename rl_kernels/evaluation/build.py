@@ -43,6 +43,7 @@ from rl_kernels.evaluation.launches import registered_kernels
 from rl_kernels.evaluation.flags import check_flags
 from rl_kernels.evaluation.guards import extract_native_sources, static_check
 from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.host_share import SharedUse, host_share
 from rl_kernels.types import Build, Task
 
 BackendName = Literal["cpu", "cuda"]
@@ -787,13 +788,15 @@ def _build_module(source: str, backend: BackendName, cfg: BuildConfig, allow_lib
 def gated_build(task: Task, source: str, cfg: EvalConfig) -> Build:
     """The compile pool's job: the static gate, then the build (a rejected candidate is never compiled).
 
-    A gate rejection comes back as a failed Build whose reason is the gate's.
+    A gate rejection comes back as a failed Build whose reason is the gate's.  With
+    `eval.quiet_host` the build is one unit of shared work: it waits while a timer holds the host.
     """
     allow = task.allow_torch_ops or cfg.allow_torch_rewrites
     verdict = static_check(task, source, cfg.backend, allow_torch_ops=allow)
     if verdict.reason is not None:
         return Build(key="", ok=False, log=verdict.detail, reason=verdict.reason.value)
-    return build_candidate(task, source, cfg.backend, cfg.build, allow)
+    with SharedUse(host_share(cfg)):
+        return build_candidate(task, source, cfg.backend, cfg.build, allow)
 
 
 def build_many(items: list[tuple[Task, str]], cfg: EvalConfig, jobs: int,

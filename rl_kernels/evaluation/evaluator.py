@@ -8,6 +8,7 @@ speedup is rewarded (same process, same device, same session).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -16,6 +17,7 @@ import secrets
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +32,7 @@ from rl_kernels.evaluation.reasons import CLOCK_GAP, Reason
 from rl_kernels.evaluation.reward import measurement_reward, noise_floor
 from rl_kernels.evaluation.roofline import min_time_ms
 from rl_kernels.evaluation.timing import median, rel_spread
+from rl_kernels.host_share import host_share
 from rl_kernels.types import Build, Measurement, Task
 
 
@@ -55,9 +58,21 @@ class Evaluator:
         self.cfg = cfg
         self.device: DeviceIdentity = identify(cfg)
         self.cache_dir = Path(cfg.build.cache_dir)
+        self.host = host_share(cfg)
         self._cublas_library: str | None = None
         if cfg.sandbox.isolation == "namespaces":
             confine.probe()   # fail at start-up, naming the missing layer, not on every candidate
+
+    @contextlib.contextmanager
+    def _holding_device(self) -> Iterator[float]:
+        """The device alone (no other timer on it) and, with `eval.quiet_host`, the host alone (the
+        generator, learner and builds pause); yields the seconds waited for the host."""
+        with device_lock(self.device, self.cfg):
+            if self.host is None:
+                yield 0.0
+            else:
+                with self.host.exclusive() as waited:
+                    yield waited
 
     # ---- baselines -----------------------------------------------------------------------------
     def baseline_names(self, task: Task) -> list[str]:
@@ -96,7 +111,7 @@ class Evaluator:
                "config": self.cfg.model_dump(mode="json"), "baselines": self.baseline_names(task),
                "seed": self._seed(), **self._native_baselines(task)}
         kept = self._kept_compile(task, job["baselines"])
-        with device_lock(self.device, self.cfg):
+        with self._holding_device():
             res = sandbox.run_job(job, None, "", self.cfg.backend, self.cfg.sandbox, self._threads(),
                                   self._readable(job), self._hidden(), kept)
         failure = res.failure()
@@ -214,16 +229,18 @@ class Evaluator:
             return self._reject(m, Reason.BASELINE_FAILED, str(exc))
         m.baselines_ms = all_ms
         m.baseline = baseline
-        payload = self._measure(task, source, build, baseline, m)
-        if payload is None and m.rejected == Reason.TIMER_PATCHED.value and m.detail.startswith(CLOCK_GAP):
-            # The clock check compares wall time with events: host load (a busy machine, a timer
-            # sharing its cores) can push an honest window over the limit once; a forged clock fails
-            # every time.  One new measurement in a new process decides.
-            m.extra["clock_gap_remeasured"] = m.detail
-            payload = self._measure(task, source, build, baseline, m)
-        if payload is None:
+        self._measure_and_score(task, source, build, baseline, m)
+        if self._statistical_refusal(m):
+            # Two refusals rest on a few samples against the host's clock: the clock check (wall time
+            # vs events) and the sync guard (single guarded calls against plain ones).  Host load (a
+            # busy machine, a timer sharing its cores) or one slow launch can push an honest kernel
+            # over either once (the built-in gelu seed: 1 sync-guard refusal in 10 evaluations on the
+            # H200); a forged clock or a side stream fails every time.  One new measurement in a new
+            # process decides.
+            m.extra["refusal_remeasured"] = f"{m.rejected}: {m.detail}"
+            self._measure_and_score(task, source, build, baseline, m)
+        if m.rejected is not None:
             return m
-        self._score(task, payload, baseline, m)
 
         def remeasure(settled: Callable[[], bool]) -> bool:
             """Up to `remeasure_attempts` new measurements (new process, new inputs) until `settled`;
@@ -257,11 +274,13 @@ class Evaluator:
                "candidate_source": source, "seed": seed, "watchdog_s": self._watchdog_s(m.baselines_ms[baseline]),
                "own_kernels": build.kernels, **self._native_baselines(task)}
         kept = self._kept_compile(task, [baseline])
-        with device_lock(self.device, self.cfg):
+        with self._holding_device() as host_wait_s:
             res = sandbox.run_job(job, build.artifact, build.artifact_name, self.cfg.backend,
                                   self.cfg.sandbox, self._threads(), self._readable(job),
                                   self._hidden(), kept)
         m.extra["phase_s"] = res.phase_s
+        if self.host is not None:
+            m.extra["host_wait_s"] = round(m.extra.get("host_wait_s", 0.0) + host_wait_s, 3)
         failure = res.failure()
         if failure is not None:
             self._reject(m, failure[0], failure[1])
@@ -272,11 +291,23 @@ class Evaluator:
             return None
         return res.payload
 
+    def _measure_and_score(self, task: Task, source: str, build: Build, baseline: str, m: Measurement) -> None:
+        payload = self._measure(task, source, build, baseline, m)
+        if payload is not None:
+            self._score(task, payload, baseline, m)
+
+    @staticmethod
+    def _statistical_refusal(m: Measurement) -> bool:
+        """A refusal that noise can cause once: the clock check's gap, or the sync guard's escape."""
+        clock_gap = m.rejected == Reason.TIMER_PATCHED.value and m.detail.startswith(CLOCK_GAP)
+        return clock_gap or m.rejected == Reason.ASYNC_ESCAPE.value
+
     def _score(self, task: Task, p: dict[str, Any], baseline: str, m: Measurement) -> None:
         cand = p["samples_ms"]["candidate"]
         base = p["samples_ms"][baseline]
         m.correct = True
         m.rejected = None
+        m.detail = ""
         m.device = p.get("device", m.device)
         m.candidate_ms, m.baseline_ms = median(cand), median(base)
         m.candidate_spread, m.baseline_spread = rel_spread(cand), rel_spread(base)

@@ -92,9 +92,11 @@ def _limits(memory_mb: int, backend: str) -> Any:
     return apply
 
 
-def environment(scratch: Path, threads: int | None, compile_dir: Path | None = None) -> dict[str, str]:
+def environment(scratch: Path, threads: int | None, compile_dir: Path | None = None, *,
+                keep_freed_memory: bool = False) -> dict[str, str]:
     """The whole environment of a confined step: nothing of the caller's but what the step needs
-    (torch.compile's caches under `compile_dir`, by default the scratch dir)."""
+    (torch.compile's caches under `compile_dir`, by default the scratch dir; with `keep_freed_memory`
+    glibc's malloc never returns freed memory to the OS, so repeated calls reuse it)."""
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     inductor, triton = compile_cache.CACHE_DIRS
     compile_dir = compile_dir or scratch
@@ -108,6 +110,11 @@ def environment(scratch: Path, threads: int | None, compile_dir: Path | None = N
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
+    if keep_freed_memory:
+        # A fixed mmap threshold above any tensor stops glibc's dynamic one (allocations come from
+        # the heap and are reused), and an unreachable trim threshold keeps the heap's top.
+        env["MALLOC_MMAP_THRESHOLD_"] = str(2**32)
+        env["MALLOC_TRIM_THRESHOLD_"] = str(2**36)
     return env
 
 
@@ -207,7 +214,8 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
             proc = subprocess.Popen(
                 worker_command(cmd, scratch, list(readable), cfg, list(hidden),
                                [str(kept.workdir)] if kept else []),
-                cwd=scratch, env=environment(scratch, threads, kept.workdir if kept else None),
+                cwd=scratch, env=environment(scratch, threads, kept.workdir if kept else None,
+                                                keep_freed_memory=cfg.keep_freed_memory),
                 stdin=subprocess.DEVNULL,
                 stdout=err, stderr=err, pass_fds=(write_fd,), start_new_session=True,
                 preexec_fn=_limits(cfg.memory_limit_mb, backend),

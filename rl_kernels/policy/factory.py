@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from rl_kernels.config import PolicyConfig
+from rl_kernels.host_share import HostShare
 from rl_kernels.policy.base import PolicyBackend, SamplingParams
 
 
@@ -21,9 +22,10 @@ def torch_dtype(dtype: str, device: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
-def make_policy(cfg: PolicyConfig, *, max_loaded_adapters: int) -> PolicyBackend:
+def make_policy(cfg: PolicyConfig, *, max_loaded_adapters: int, host: HostShare | None = None) -> PolicyBackend:
     """Build the configured backend.  Pass max_loaded_adapters = rollout.max_staleness + 2, so a
-    request still in flight on the oldest admissible version finds its adapter loaded."""
+    request still in flight on the oldest admissible version finds its adapter loaded, and the
+    host share when a timer measures on this host's cores (`eval.quiet_host`)."""
     if cfg.backend == "hf":
         from rl_kernels.policy.hf import HFPolicy
 
@@ -34,6 +36,7 @@ def make_policy(cfg: PolicyConfig, *, max_loaded_adapters: int) -> PolicyBackend
             max_loaded_adapters=max_loaded_adapters,
             batch_size=cfg.batch_size,
             init_adapter=cfg.init_adapter,
+            host=host,
         )
     raise NotImplementedError(
         f"policy.backend={cfg.backend!r} is not implemented yet (the vLLM backend is a later "

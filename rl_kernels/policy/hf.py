@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 from peft import PeftModel
-from transformers import AutoTokenizer, GenerationConfig
+from transformers import AutoTokenizer, GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
+from rl_kernels.host_share import HostShare, SharedUse
 from rl_kernels.policy.base import BASE_VERSION, Completion, Messages, SamplingParams, adapter_name
 from rl_kernels.policy.models import load_causal_lm, resolve_model
 
@@ -47,12 +48,14 @@ class HFPolicy:
         max_loaded_adapters: int = 4,
         batch_size: int = 8,
         init_adapter: Path | None = None,
+        host: HostShare | None = None,
     ) -> None:
         if max_loaded_adapters < 1:
             raise ValueError(f"max_loaded_adapters must be >= 1, got {max_loaded_adapters}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.device = torch.device(device)
+        self.host = host   # with a host share, generation yields to timers between tokens
         if dtype is None:
             dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
         path = resolve_model(model_path)
@@ -138,12 +141,12 @@ class HFPolicy:
                 active.enter_context(self._adapter(adapter_version))
                 self._in_use = adapter_version
             try:
-                with self._seeded(seed), torch.inference_mode():
+                with self._seeded(seed), torch.inference_mode(), SharedUse(self.host) as use:
                     flat = [
                         completion
                         for start in range(0, len(rows), self._batch_size)
                         for completion in self._sample(
-                            rows[start : start + self._batch_size], params, adapter_version
+                            rows[start : start + self._batch_size], params, adapter_version, use
                         )
                     ]
             finally:
@@ -189,10 +192,11 @@ class HFPolicy:
             yield
 
     def _sample(
-        self, rows: list[list[int]], params: SamplingParams, version: int
+        self, rows: list[list[int]], params: SamplingParams, version: int, use: SharedUse
     ) -> list[Completion]:
         """One left-padded batch through `generate`.  Memory holds the scores of every step
-        (rows x new tokens x vocab floats), which `batch_size` bounds."""
+        (rows x new tokens x vocab floats), which `batch_size` bounds.  After every token a waiting
+        timer gets the host (`use`)."""
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -209,6 +213,7 @@ class HFPolicy:
             max_new_tokens=params.max_new_tokens,
             return_dict_in_generate=True,
             output_scores=True,
+            stopping_criteria=StoppingCriteriaList([_YieldBetweenTokens(use)]),
         )
         new_tokens = out.sequences[:, width:].cpu()
         logprobs = torch.stack(
@@ -250,6 +255,18 @@ class HFPolicy:
             finish_reason=finish,
             truncated=truncated,
         )
+
+
+class _YieldBetweenTokens(StoppingCriteria):
+    """Called by `generate` after every token: never stops a row, only lets a timer in."""
+
+    def __init__(self, use: SharedUse) -> None:
+        self.use = use
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None, **kwargs: object
+                 ) -> torch.BoolTensor:
+        self.use.between()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 def _stop_token_ids(eos_token_id: int | None, generation_config: GenerationConfig) -> list[int]:

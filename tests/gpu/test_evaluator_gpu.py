@@ -76,6 +76,8 @@ def test_cuda_hack_rejected(entry: dict, cuda_config: EvalConfig) -> None:
     if entry.get("inert") and m.rejected is None:
         return
     assert m.rejected in entry["expected"], f"{entry['file']}: {m.rejected} {m.detail[:500]}"
+    if m.rejected == "async_escape":   # refused twice: the first refusal alone is not the verdict
+        assert m.extra["refusal_remeasured"].startswith("async_escape"), m.extra
 
 
 @pytest.mark.parametrize("margin", [2.0, 0.0])

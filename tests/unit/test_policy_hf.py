@@ -15,6 +15,7 @@ from peft import PeftModel
 from tiny_model import PROMPTS, save_tiny_llama, save_tiny_lora
 from transformers import AutoModelForCausalLM
 
+from rl_kernels.host_share import HostShare, SharedUse
 from rl_kernels.policy import Completion, SamplingParams, adapter_name, resolve_model
 from rl_kernels.policy.hf import HFPolicy
 
@@ -207,3 +208,25 @@ def test_smollm2_resolves_converts_and_generates(tmp_path: Path) -> None:
         adapter_version=0,
     )
     assert 1 <= len(c.token_ids) <= 8 and len(c.logprobs) == len(c.token_ids) and c.text
+
+
+def test_generation_yields_to_a_timer_between_tokens_and_samples_the_same(
+        model_dir: Path, policy: HFPolicy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a host share, `generate` waits while a timer holds the host, offers it after every
+    token and, released, returns what it returns without one (the hook never stops a row)."""
+    offered = []
+    real_between = SharedUse.between
+    monkeypatch.setattr(SharedUse, "between", lambda self: (offered.append(1), real_between(self)))
+    share = HostShare(tmp_path / "host.lock")
+    shared = HFPolicy(model_dir, batch_size=4, host=share)
+    params = SamplingParams(max_new_tokens=6, n=2, seed=11)
+    out: list[list[list[Completion]]] = []
+    with share.exclusive():
+        thread = threading.Thread(target=lambda: out.append(shared.generate(PROMPTS, params, 0)))
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive() and not out, "generation ran while a timer held the host"
+    thread.join(60)
+    assert len(offered) == max(len(c.token_ids) for g in out[0] for c in g)   # one batch: once a token
+    assert [[c.token_ids for c in g] for g in out[0]] == \
+        [[c.token_ids for c in g] for g in policy.generate(PROMPTS, params, 0)]

@@ -14,7 +14,8 @@ from rl_kernels.config import PromptConfig, RewardConfig
 from rl_kernels.policy import Completion
 from rl_kernels.prompts import parse_completion
 from rl_kernels.evaluation.reward import training_reward
-from rl_kernels.rollout import SEED_POLICY_VERSION, Tally, TaskCycle, build_failure, make_prompt, trajectory
+from rl_kernels.rollout import (SEED_POLICY_VERSION, Tally, TaskCycle, build_failure, group_line, make_prompt,
+                                trajectory)
 from rl_kernels.tasks import get_task
 from rl_kernels.trajectories import Group
 from rl_kernels.types import Build, Measurement
@@ -97,6 +98,8 @@ def test_tally_counts_and_best_speedups() -> None:
     assert s["best_speedup_per_task"] == {TASK.id: 2.5} and s["group_status"] == {"accepted": 1}
     assert s["rejections"] == {"incorrect": 1, "parse/no_code_block": 1}
     assert tally.postfix()["best"] == "2.50x"
+    assert group_line(Group("g000007-ab", TASK.id, 3, trajs, backend="cpu"), "accepted", 212.4) == (
+        "group g000007 builtin/softmax v3: 4 completions, 3 compiled, 2 correct (2.50x 1.50x), accepted, 212 s")
 
 
 def test_reward_shaping_is_opt_in_and_never_pays_a_hack() -> None:

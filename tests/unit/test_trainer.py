@@ -10,6 +10,7 @@ must climb from near 0 to well above 0.5 in a bounded number of steps.
 from __future__ import annotations
 
 import statistics
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from learner.publish import adapter_dir, prune_adapters, publish_adapter, publis
 from learner.checkpoints import checkpoint_steps, rotate_checkpoints
 from learner.trainer import GrpoTrainer
 from rl_kernels.config import GrpoConfig, LearnerConfig
+from rl_kernels.host_share import HostShare, SharedUse
 from rl_kernels.policy import SamplingParams
 from rl_kernels.policy.hf import HFPolicy
 from rl_kernels.trajectories import Group, Trajectory
@@ -185,3 +187,25 @@ def test_a_batch_without_signal_takes_no_step(model_dir: Path, tmp_path: Path) -
     after = load_file(publish_adapter(trainer.save_adapter, tmp_path, 2) / "adapter_model.safetensors")
     for key, value in before.items():
         assert torch.equal(after[key], value)
+
+
+def test_training_yields_to_a_timer_between_micro_batches(model_dir: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a host share the step waits while a timer holds the host and offers it before every
+    micro-batch of every epoch."""
+    groups = _toy_groups(HFPolicy(model_dir), 0, seed=5)   # 4 groups x 8 = 32 completions
+    offered = []
+    real_between = SharedUse.between
+    monkeypatch.setattr(SharedUse, "between", lambda self: (offered.append(1), real_between(self)))
+    share = HostShare(tmp_path / "host.lock")
+    trainer = GrpoTrainer(str(model_dir), LearnerConfig(lr=LR, micro_batch_size=8, epochs_per_batch=2),
+                          GrpoConfig(), temperature=1.0, total_steps=TOY_STEPS, host=share)
+    stats: list[dict[str, float]] = []
+    with share.exclusive():
+        thread = threading.Thread(target=lambda: stats.append(trainer.train_step(groups, 0)))
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive() and not stats, "training ran while a timer held the host"
+    thread.join(120)
+    assert stats and trainer.optimizer_steps == 2
+    assert len(offered) == 2 * 4   # 2 epochs x 4 micro-batches of 8
