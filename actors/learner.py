@@ -24,7 +24,6 @@ from rl_kernels.host_share import host_share
 from rl_kernels.trajectories import Group
 
 
-
 @ray.remote(max_concurrency=1)
 class LearnerActor:
     def __init__(self, cfg: Config, keep_versions: int) -> None:
