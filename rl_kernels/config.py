@@ -97,6 +97,16 @@ class SandboxConfig(_Strict):
         "a call's temporaries then cost what they cost in a long-running process, instead of a "
         "page-fault storm that one worker process got and the next did not (eager rmsnorm on cpu: "
         "3.5 or 9 ms by process); false times the allocator's default behaviour"))
+    prestart: bool = Field(True, description=(
+        "As each job starts, start the worker for the next one beside it (process, Python, torch and "
+        "the evaluator's imports, stopped during the job's timed phases; it then waits for its job "
+        "without touching the device): saves those seconds per evaluation, still one process per "
+        "candidate; costs one idle process (~0.3-1 GB resident) per evaluator and, on a small host, "
+        "cores shared with the running job's untimed phases. Off starts each worker when its job arrives"))
+    prestart_ready_s: float = Field(60.0, gt=0, description=(
+        "Seconds a job waits for a started worker that has not finished its imports before it "
+        "discards it and starts a fresh one; lower gives up sooner on a slow start (which a fresh "
+        "worker repeats), higher waits longer on a hung one"))
 
 
 class CorrectnessConfig(_Strict):

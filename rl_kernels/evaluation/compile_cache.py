@@ -46,10 +46,20 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def empty(workdir: Path) -> None:
+    """Removes everything under `workdir` but keeps the directory itself: a worker started before
+    its job has it bound into its namespace, and a new directory of the same name would not be."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for child in workdir.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
 def seed(store: Path, workdir: Path) -> None:
     """Empties `workdir` and copies the task's kept caches in (copies: the worker may write them)."""
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    empty(workdir)
     for name in CACHE_DIRS:
         if (store / name).is_dir():
             shutil.copytree(store / name, workdir / name, symlinks=False)

@@ -31,6 +31,7 @@ from rl_kernels.evaluation.guards import static_check
 from rl_kernels.evaluation.reasons import CLOCK_GAP, Reason
 from rl_kernels.evaluation.reward import measurement_reward, noise_floor
 from rl_kernels.evaluation.roofline import min_time_ms
+from rl_kernels.evaluation.standby import Standby
 from rl_kernels.evaluation.timing import median, rel_spread
 from rl_kernels.host_share import host_share
 from rl_kernels.types import Build, Measurement, Task
@@ -62,6 +63,12 @@ class Evaluator:
         self._cublas_library: str | None = None
         if cfg.sandbox.isolation == "namespaces":
             confine.probe()   # fail at start-up, naming the missing layer, not on every candidate
+        self.standby = Standby(cfg.sandbox.prestart, cfg.sandbox.prestart_ready_s)
+
+    def close(self) -> None:
+        """Ends the worker started for a next job that will not come (also done when the evaluator
+        is garbage-collected or the process exits)."""
+        self.standby.close()
 
     @contextlib.contextmanager
     def _holding_device(self) -> Iterator[float]:
@@ -73,6 +80,22 @@ class Evaluator:
             else:
                 with self.host.exclusive() as waited:
                     yield waited
+
+    def _run_job(self, job: dict[str, Any], artifact: bytes | None, artifact_name: str,
+                 kept: KeptCompile | None) -> tuple[sandbox.SandboxResult, float]:
+        """Runs one job holding the device (and the host), in the worker started ahead for it when
+        there is a usable one, while the next job's worker starts beside it (stopped during this
+        job's timed phases); returns the result and the seconds waited for the host."""
+        spec = sandbox.WorkerSpec(self.cfg.backend, self.cfg.sandbox, self._threads(), tuple(self._readable(job)),
+                                  tuple(self._hidden()), kept.workdir if kept else None,
+                                  warm_compile="compile" in self.cfg.baselines.module)
+        worker, why = self.standby.take(spec)
+        self.standby.refill(spec)
+        with self._holding_device() as host_wait_s:
+            res = sandbox.run_job(job, artifact, artifact_name, spec, kept, worker, beside=self.standby.held)
+        if worker is None and why != "none":
+            res.worker = f"fresh (the started worker: {why})"
+        return res, host_wait_s
 
     # ---- baselines -----------------------------------------------------------------------------
     def baseline_names(self, task: Task) -> list[str]:
@@ -110,10 +133,7 @@ class Evaluator:
         job = {"job": "baselines", "task": task_to_json(task), "backend": self.cfg.backend,
                "config": self.cfg.model_dump(mode="json"), "baselines": self.baseline_names(task),
                "seed": self._seed(), **self._native_baselines(task)}
-        kept = self._kept_compile(task, job["baselines"])
-        with self._holding_device():
-            res = sandbox.run_job(job, None, "", self.cfg.backend, self.cfg.sandbox, self._threads(),
-                                  self._readable(job), self._hidden(), kept)
+        res, _ = self._run_job(job, None, "", self._kept_compile(task, job["baselines"]))
         failure = res.failure()
         if failure is not None or not res.payload or not res.payload.get("ok"):
             detail = failure[1] if failure else (res.payload or {}).get("detail", "")
@@ -273,12 +293,11 @@ class Evaluator:
                "config": self.cfg.model_dump(mode="json"), "baseline": baseline,
                "candidate_source": source, "seed": seed, "watchdog_s": self._watchdog_s(m.baselines_ms[baseline]),
                "own_kernels": build.kernels, **self._native_baselines(task)}
-        kept = self._kept_compile(task, [baseline])
-        with self._holding_device() as host_wait_s:
-            res = sandbox.run_job(job, build.artifact, build.artifact_name, self.cfg.backend,
-                                  self.cfg.sandbox, self._threads(), self._readable(job),
-                                  self._hidden(), kept)
+        res, host_wait_s = self._run_job(job, build.artifact, build.artifact_name, self._kept_compile(task, [baseline]))
         m.extra["phase_s"] = res.phase_s
+        m.extra.setdefault("workers", []).append(res.worker)   # one per measurement (re-measurements too)
+        if res.prestart_s is not None:
+            m.extra["prestart_s"] = res.prestart_s
         if self.host is not None:
             m.extra["host_wait_s"] = round(m.extra.get("host_wait_s", 0.0) + host_wait_s, 3)
         failure = res.failure()

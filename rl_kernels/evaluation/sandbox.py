@@ -6,6 +6,11 @@ file-size limits; under `isolation: namespaces` also no network, a read-only hos
 hidden and a PID namespace that takes every process down with the worker (`confine.py`); the worker
 itself installs a seccomp filter before it loads the candidate.  A crash, hang, illegal address or
 OOM costs only this job: the caller simply starts the next one.
+
+A worker can be started before its job (`StartedWorker`, kept by `standby.Standby`): it imports
+Python, torch and the evaluator's modules and then waits for `go`; the job's files are written into
+its scratch dir and `go` is sent when the job arrives.  A job without a started worker starts one
+and sends `go` at once: one code path either way.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rl_kernels.config import SandboxConfig
 from rl_kernels.evaluation import compile_cache, confine
@@ -44,7 +49,9 @@ class SandboxResult:
     stderr_tail: str = ""
     leftover_processes: bool = False
     hung_after_s: float | None = None   # the watchdog's silence limit, when it was the watchdog that fired
-    phase_s: dict[str, float] = field(default_factory=dict)   # seconds spent in each phase, "start" = process start
+    phase_s: dict[str, float] = field(default_factory=dict)   # seconds spent in each phase from `go`; "start" until the first phase line
+    worker: str = "fresh"                  # "standby" (started before the job) or "fresh" (started for it)
+    prestart_s: float | None = None        # a standby's start until ready (spawn and imports), paid before the job
 
     def failure(self) -> tuple[Reason, str] | None:
         """The reason this run produced no usable verdict, if it did not."""
@@ -119,6 +126,7 @@ def environment(scratch: Path, threads: int | None, compile_dir: Path | None = N
 
 
 _WATCHED_PHASES = ('"load"', '"correctness"', '"timing"')   # candidate code runs from "load" on
+TIMED_PHASES = ("baselines", "timing")    # the worker's phases in which it times calls
 
 
 class _Progress:
@@ -129,15 +137,30 @@ class _Progress:
         self.last_at = time.monotonic()
         self.watched = False      # the candidate is loaded: silence now means a call that never returned
         self.marks: list[tuple[str, float]] = [("start", self.last_at)]   # (phase, when it began)
+        self.ready = threading.Event()   # the worker finished its imports and waits for its job
+        self.ready_at: float | None = None
+        self.on_phase: Callable[[str], None] | None = None   # called (in the reader thread) as each phase begins
+        self._lock = threading.Lock()
 
     def read(self, fd: int) -> None:
         with os.fdopen(fd, "r") as f:
             for line in f:
-                self.lines.append(line)
-                self.last_at = time.monotonic()
-                self.watched = self.watched or any(p in line for p in _WATCHED_PHASES)
-                if line.startswith('{"phase"'):
-                    self._mark(line)
+                with self._lock:
+                    self.lines.append(line)
+                    self.last_at = time.monotonic()
+                    self.watched = self.watched or any(p in line for p in _WATCHED_PHASES)
+                    if line.startswith('{"phase"'):
+                        self._mark(line)
+                    elif line == '{"ready": 1}\n' and not self.ready.is_set():
+                        self.ready_at = self.last_at
+                        self.ready.set()
+
+    def begin(self, at: float) -> None:
+        """The job starts now: what the worker said while it waited for it is not the job's."""
+        with self._lock:
+            self.lines = [ln for ln in self.lines if ln != '{"ready": 1}\n']
+            self.last_at = at
+            self.marks = [("start", at)]
 
     def _mark(self, line: str) -> None:
         """Notes when a phase began; a malformed line (candidate code can write here too) is ignored."""
@@ -147,6 +170,8 @@ class _Progress:
             return
         if isinstance(name, str) and len(self.marks) < 64:
             self.marks.append((name[:32], self.last_at))
+            if self.on_phase is not None:
+                self.on_phase(name)
 
     def phase_seconds(self, end: float) -> dict[str, float]:
         """Where the worker's time went: each phase's seconds until the next began (or `end`)."""
@@ -186,13 +211,128 @@ def worker_command(cmd: list[str], scratch: Path, readable: list[str], cfg: Sand
     return confine.confined_argv(cmd, conf)
 
 
-def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, backend: str,
-            cfg: SandboxConfig, threads: int | None = None, readable: list[str] = (),
-            hidden: list[str] = (), kept: compile_cache.KeptCompile | None = None) -> SandboxResult:
-    """Runs `job` in a fresh worker; `readable` are host paths it may read besides Python and torch,
-    `hidden` places it must not see (under namespaces), `kept` the task's kept compile caches (seeded
-    into their work dir, and given what the worker listed there before candidate code ran)."""
-    scratch = Path(tempfile.mkdtemp(prefix="rlk-eval-", dir=cfg.scratch_root)).resolve()
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker process is started with before its job is known; a started worker serves a
+    job whose spec is equal (`standby.Standby`)."""
+
+    backend: str
+    cfg: SandboxConfig
+    threads: int | None = None
+    readable: tuple[str, ...] = ()        # host paths it may read besides Python and torch
+    hidden: tuple[str, ...] = ()          # places it must not see (under namespaces), e.g. the build cache
+    compile_dir: Path | None = None       # the kept compile caches' work dir (None: compile in the scratch dir)
+    warm_compile: bool = False            # import torch.compile's modules before the job
+
+
+class StartedWorker:
+    """A worker process in its own scratch dir, started and importing (then waiting) before its job.
+
+    It holds nothing of any job until `run_job` writes the job's files and sends `go`; `discard`
+    ends it unused.  Closing the go pipe (also by this process dying) makes it exit by itself.
+    Started beside a running job, it is stopped (SIGSTOP) while that job times calls, if it is
+    still importing then, and continued when that job ends (`pause`, `resume`).
+    """
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self.scratch = Path(tempfile.mkdtemp(prefix="rlk-eval-", dir=spec.cfg.scratch_root)).resolve()
+        if spec.compile_dir is not None:
+            spec.compile_dir.mkdir(parents=True, exist_ok=True)   # bound into the namespace now
+        read_fd, write_fd = os.pipe()
+        go_read, self._go = os.pipe()
+        self.progress = _Progress()
+        self.started_at = self.progress.last_at
+        self.paused_s = 0.0                 # time it spent stopped beside a timed job
+        self._paused_at: float | None = None
+        self._pause_lock = threading.Lock()
+        self.reader = threading.Thread(target=self.progress.read, args=(read_fd,), daemon=True)
+        cmd = [sys.executable, "-m", "rl_kernels.evaluation.worker", str(self.job_path), str(write_fd), str(go_read),
+               *(["--split"] if spec.cfg.boundary == "split" else []), *(["--warm-compile"] if spec.warm_compile else [])]
+        writable = [str(spec.compile_dir)] if spec.compile_dir else []
+        try:
+            with open(self.scratch / "stderr.txt", "wb") as err:
+                self.proc = subprocess.Popen(
+                    worker_command(cmd, self.scratch, list(spec.readable), spec.cfg, list(spec.hidden), writable),
+                    cwd=self.scratch, env=environment(self.scratch, spec.threads, spec.compile_dir,
+                                                      keep_freed_memory=spec.cfg.keep_freed_memory),
+                    stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=(write_fd, go_read),
+                    start_new_session=True, preexec_fn=_limits(spec.cfg.memory_limit_mb, spec.backend),
+                )
+        except BaseException:
+            for fd in (read_fd, self._go):
+                os.close(fd)
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
+        finally:
+            os.close(write_fd)
+            os.close(go_read)
+        self.reader.start()
+
+    @property
+    def job_path(self) -> Path:
+        return self.scratch / "job.json"
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """True once the worker has imported everything and waits for its job, False if it died
+        first or is still not ready after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while not self.progress.ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                return False
+        return self.proc.poll() is None
+
+    def pause(self) -> None:
+        """Stops the worker if it is still importing (a ready one only waits on a pipe)."""
+        with self._pause_lock:
+            if self._paused_at is None and not self.progress.ready.is_set() and self.proc.poll() is None:
+                _signal_group(self.proc.pid, signal.SIGSTOP)
+                self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        """Continues a stopped worker."""
+        with self._pause_lock:
+            if self._paused_at is not None:
+                _signal_group(self.proc.pid, signal.SIGCONT)
+                self.paused_s += time.monotonic() - self._paused_at
+                self._paused_at = None
+
+    def go(self) -> float:
+        """Lets the worker read its job (its files must be in place); returns when."""
+        at = time.monotonic()
+        self.progress.begin(at)
+        try:
+            os.write(self._go, b"go")
+        except BrokenPipeError:
+            pass   # it died while waiting: run_job reports it from the exit status
+        os.close(self._go)
+        self._go = -1
+        return at
+
+    def discard(self) -> None:
+        """Ends the worker unused and removes its scratch dir."""
+        if self._go >= 0:
+            os.close(self._go)    # it exits by itself on end of file ...
+            self._go = -1
+        _kill_group(self.proc.pid)  # ... and now at once, with anything it started
+        self.proc.wait()
+        self.reader.join(timeout=5)
+        if not self.spec.cfg.keep_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spec: WorkerSpec,
+            kept: compile_cache.KeptCompile | None = None, worker: StartedWorker | None = None,
+            beside: StartedWorker | None = None) -> SandboxResult:
+    """Runs `job` in `worker` (started for `spec` before the job) or in one started now; `kept` are
+    the task's kept compile caches (seeded into `spec.compile_dir`, and given what the worker listed
+    there before candidate code ran); `beside` is the next job's worker, starting while this job
+    runs: it is stopped from this job's first timed phase until this job ends, if still importing."""
+    assert kept is None or kept.workdir == spec.compile_dir, "the kept caches' work dir is the spec's"
+    standby = worker is not None
+    worker = worker or StartedWorker(spec)
+    cfg = spec.cfg
+    scratch = worker.scratch
     try:
         extra: dict[str, Any] = {}
         if kept is not None:
@@ -202,46 +342,42 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, bac
         if artifact is not None:
             (scratch / "in" / artifact_name).write_bytes(artifact)
         job = dict(job, artifact_name=artifact_name, **extra)
-        job_path = scratch / "job.json"
-        job_path.write_text(json.dumps(job))
-        read_fd, write_fd = os.pipe()
-        progress = _Progress()
-        reader = threading.Thread(target=progress.read, args=(read_fd,), daemon=True)
-        stderr_path = scratch / "stderr.txt"
-        t0 = time.monotonic()
-        with open(stderr_path, "wb") as err:
-            cmd = [sys.executable, "-m", "rl_kernels.evaluation.worker", str(job_path), str(write_fd)]
-            proc = subprocess.Popen(
-                worker_command(cmd, scratch, list(readable), cfg, list(hidden),
-                               [str(kept.workdir)] if kept else []),
-                cwd=scratch, env=environment(scratch, threads, kept.workdir if kept else None,
-                                                keep_freed_memory=cfg.keep_freed_memory),
-                stdin=subprocess.DEVNULL,
-                stdout=err, stderr=err, pass_fds=(write_fd,), start_new_session=True,
-                preexec_fn=_limits(cfg.memory_limit_mb, backend),
-            )
-        os.close(write_fd)
-        reader.start()
+        worker.job_path.write_text(json.dumps(job))
+        proc, progress = worker.proc, worker.progress
+        if beside is not None:
+            progress.on_phase = lambda name: beside.pause() if name in TIMED_PHASES else None
+        t0 = worker.go()
         stopped = _wait(proc, progress, cfg.timeout_s, job.get("watchdog_s"))
         timed_out = stopped is not None
         leftover = _kill_group(proc.pid)
         proc.wait()
-        reader.join(timeout=5)
+        worker.reader.join(timeout=5)
         seconds = time.monotonic() - t0
         payload, phase, listing = _parse(progress.lines)
         if kept is not None:
             compile_cache.harvest(kept.store, kept.workdir, listing)
-        tail = stderr_path.read_text(errors="replace")[-4000:]
+        tail = (scratch / "stderr.txt").read_text(errors="replace")[-4000:]
         if proc.returncode == confine.STAGE_FAILED and phase == "start" and payload is None:
             raise confine.ConfinementError(f"the sandbox could not be set up: {tail.strip()[-600:]}")
+        prestart = round(progress.ready_at - worker.started_at, 3) if standby and progress.ready_at else None
         return SandboxResult(payload, proc.returncode, timed_out, phase, seconds, tail,
                              leftover and not timed_out, job.get("watchdog_s") if stopped == "hung" else None,
-                             progress.phase_seconds(t0 + seconds))
+                             progress.phase_seconds(t0 + seconds), "standby" if standby else "fresh", prestart)
     finally:
+        if beside is not None:
+            worker.progress.on_phase = None
+            beside.resume()
         if not cfg.keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
         if kept is not None:
-            shutil.rmtree(kept.workdir, ignore_errors=True)
+            compile_cache.empty(kept.workdir)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _kill_group(pgid: int) -> bool:

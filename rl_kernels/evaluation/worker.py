@@ -1,6 +1,9 @@
-"""The evaluation subprocess: `python -m rl_kernels.evaluation.worker JOB.json RESULT_FD`.
+"""The evaluation subprocess: `python -m rl_kernels.evaluation.worker JOB.json RESULT_FD GO_FD [--split] [--warm-compile]`.
 
-One fresh process per evaluation (DESIGN.md protocol step 1).  Under `sandbox.boundary: split` (the
+One fresh process per evaluation (DESIGN.md protocol step 1).  It may be started before its job
+exists (`sandbox.StartedWorker`): it imports what every job needs, forks the runner (`--split`),
+says `ready`, and waits for `go` on GO_FD before it reads JOB.json; it touches no device and no job
+file before that, so a process started ahead is the same as one started on demand, only sooner.  Under `sandbox.boundary: split` (the
 default) this process is the judge and never loads the candidate: `judge.py` starts a runner for it.
 Under `shared` the candidate runs here, next to the timer and the checker: everything it could
 tamper with is prepared *before* its code is loaded (reference model, baselines, timer objects,
@@ -11,6 +14,7 @@ runs (so a crash can be attributed) and one `final` line.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -64,6 +68,10 @@ class Reporter:
 
     def phase(self, name: str) -> None:
         self.out.write(json.dumps({"phase": name}) + "\n")
+
+    def ready(self) -> None:
+        """Imports done: the process can take its job."""
+        self.out.write('{"ready": 1}\n')
 
     def beat(self) -> None:
         """Before each candidate call: proof that the previous one returned."""
@@ -365,15 +373,17 @@ def compile_cache_counters() -> dict[str, int]:
     return {k: int(v) for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
 
 
-def run_job(job: dict[str, Any], scratch: Path, report: Reporter) -> dict[str, Any]:
+def run_job(job: dict[str, Any], scratch: Path, report: Reporter, runner: Any) -> dict[str, Any]:
+    """`runner` is the split boundary's runner, forked before the job arrived (None under `shared`);
+    a job that does not evaluate a candidate ends it unused."""
     cfg = EvalConfig.model_validate(job["config"])
     report.phase("setup")
     if job["job"] != "evaluate" or cfg.sandbox.boundary == "shared":
+        if runner is not None:
+            runner.close()
         return _run_job(job, cfg, scratch, report, None)
-    from rl_kernels.evaluation.judge import RunnerProcess
-
-    # Forked first: before this process touches the device or builds anything of the job's.
-    runner = RunnerProcess(scratch, close_in_child=[report.out.fileno()])
+    if runner is None:
+        raise RuntimeError("the job evaluates across the split boundary, but the worker was started without a runner")
     try:
         return _run_job(job, cfg, scratch, report, runner)
     finally:
@@ -456,13 +466,44 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
     return result
 
 
-def main() -> int:
-    job_path, fd = Path(sys.argv[1]), int(sys.argv[2])
-    report = Reporter(fd)
-    job = json.loads(job_path.read_text())
-    scratch = job_path.parent.resolve()
+def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile: bool) -> Any:
+    """What every job needs, done before the job arrives; returns the runner (None unless `split`).
+
+    The runner is forked first, as soon as the judge's and runner's modules are imported: before
+    this process touches the device or anything of a job, and before torch.compile's modules
+    (imported with `warm_compile`, seconds a compiled baseline would otherwise pay inside the
+    evaluation), which the runner has no use for."""
+    from rl_kernels.evaluation.judge import RunnerProcess
+
+    importlib.import_module("rl_kernels.evaluation.runner")
+    runner = RunnerProcess(scratch, close_in_child=close_in_child) if split else None
+    if warm_compile:
+        for name in ("torch._dynamo", "torch._inductor.compile_fx"):
+            importlib.import_module(name)
+    return runner
+
+
+def wait_for_go(go_fd: int) -> bool:
+    """Blocks until the parent sends `go` (True) or closes the pipe without it (False: the process
+    was started ahead and is no longer wanted)."""
     try:
-        result = run_job(job, scratch, report)
+        return os.read(go_fd, 2) == b"go"
+    finally:
+        os.close(go_fd)
+
+
+def main() -> int:
+    job_path, fd, go_fd = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    flags = sys.argv[4:]
+    report = Reporter(fd)
+    scratch = job_path.parent.resolve()
+    runner = prepare(scratch, [report.out.fileno(), go_fd], "--split" in flags, "--warm-compile" in flags)
+    report.ready()
+    if not wait_for_go(go_fd):
+        os._exit(0)
+    job = json.loads(job_path.read_text())
+    try:
+        result = run_job(job, scratch, report, runner)
         report.final({"ok": True, **result})
     except Rejected as exc:
         report.final({"ok": False, "reason": exc.reason.value, "detail": exc.detail})

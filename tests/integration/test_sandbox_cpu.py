@@ -43,6 +43,8 @@ def test_failure_costs_only_itself(name: str, reason: str, detail: str, cpu_conf
     assert bad.reward == cfg.reward.fail_reward
     good = evaluator.evaluate(task, _honest())
     assert good.correct and good.rejected is None, good.detail[-1500:]
+    if reason != "compile_error":   # the bad one ran: the good one's worker was started beside it, untouched by it
+        assert good.extra["workers"][0] == "standby"
 
 
 def test_cli_eval_json_contract(cpu_config: EvalConfig, tmp_path: Path) -> None:

@@ -1,0 +1,135 @@
+"""Evaluations per minute on one timer, and where an evaluation's time goes: each worker started
+when its job arrives (`eval.sandbox.prestart=false`) against the worker started beside the job
+before it (`prestart=true`), in one run.
+
+    python benchmarks/eval_throughput.py --config configs/local.yaml \\
+        [--tasks hgemm/fp32/256_256_256,builtin/softmax] [--repeats 8] [--gap-s 0] [--out X.json] [overrides]
+
+Per task, the task's own seed for the backend is built and its baselines measured first (cached,
+not counted); then per path one evaluator runs one untimed evaluation (so a started worker exists)
+and `repeats` evaluations back to back (`--gap-s` seconds of idle between them, not counted: a
+timer waiting for the next candidate).  The paths run one after the other, never interleaved (an
+evaluator's started worker must not import beside the other path's timed calls).
+
+Printed per task and path: evaluations per minute (repeats over the summed evaluation wall time),
+the median and p90 evaluation time, the median and p90 of each worker phase (`start` is process
+start and imports for a fresh worker, reading the job for a started one; a re-measured evaluation
+shows its last measurement's phases), the started worker's own start-up paid before its job, the
+share of the evaluation spent in timed calls (samples x (candidate + baseline time)) and in the
+correctness, launch-evidence and timing phases, and the speedup (whether the new path measures
+what the old one did).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rl_kernels.config import EvalConfig, load_config  # noqa: E402
+from rl_kernels.evaluation.evaluator import Evaluator  # noqa: E402
+from rl_kernels.tasks import get_task  # noqa: E402
+from rl_kernels.types import Measurement  # noqa: E402
+
+PATHS = {"fresh": False, "prestart": True}
+PHASES = ("start", "setup", "baselines", "warm", "load", "correctness", "launches", "timing")
+CHECKED_AND_TIMED = ("correctness", "launches", "timing")
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The q-quantile by the nearest rank (p90 of 8 values is the 8th)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+def run_path(cfg: EvalConfig, task_id: str, prestart: bool, repeats: int, gap_s: float) -> list[tuple[float, Measurement]]:
+    """`repeats` evaluations of the task's seed by one evaluator, each with its wall seconds."""
+    task = get_task(task_id)
+    source = task.seeds[cfg.backend]
+    path_cfg = cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(update={"prestart": prestart})})
+    evaluator = Evaluator(path_cfg)
+    build = evaluator.build(task, source)
+    evaluator.best_baseline(task)
+    evaluator.evaluate(task, source, build)      # untimed: the first evaluation leaves a started worker
+    runs = []
+    for i in range(repeats):
+        time.sleep(gap_s)
+        t0 = time.monotonic()
+        m = evaluator.evaluate(task, source, build)
+        runs.append((time.monotonic() - t0, m))
+        print(f"{task_id} {'prestart' if prestart else 'fresh'} {i + 1}/{repeats}: {runs[-1][0]:.2f} s, "
+              f"{m.rejected or 'correct'}, workers {m.extra.get('workers')}", flush=True)
+    evaluator.close()
+    return runs
+
+
+def summarise(runs: list[tuple[float, Measurement]]) -> dict[str, Any]:
+    secs = [s for s, _ in runs]
+    phases = {p: [m.extra.get("phase_s", {}).get(p, 0.0) for _, m in runs] for p in PHASES}
+    correct = [m for _, m in runs if m.correct and m.speedup]
+    timed = [m.samples * (m.candidate_ms + m.baseline_ms) / 1e3 / s for s, m in runs if m.correct and m.samples]
+    checked = [sum(m.extra.get("phase_s", {}).get(p, 0.0) for p in CHECKED_AND_TIMED) / s for s, m in runs]
+    prestart = [m.extra["prestart_s"] for _, m in runs if "prestart_s" in m.extra]
+    workers: dict[str, int] = {}
+    for _, m in runs:
+        for w in m.extra.get("workers", []):
+            workers[w] = workers.get(w, 0) + 1
+    return {
+        "evaluations": len(runs), "per_minute": 60 * len(runs) / sum(secs),
+        "median_s": statistics.median(secs), "p90_s": quantile(secs, 0.9),
+        "phases_median": {p: statistics.median(v) for p, v in phases.items()},
+        "phases_p90": {p: quantile(v, 0.9) for p, v in phases.items()},
+        "prestart_median_s": statistics.median(prestart) if prestart else None,
+        "timed_fraction": statistics.median(timed) if timed else None,
+        "checked_and_timed_fraction": statistics.median(checked),
+        "correct": len(correct), "remeasured": sum(len(m.extra.get("workers", [])) > 1 for _, m in runs),
+        "speedups": [m.speedup for m in correct], "workers": workers,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default=str(REPO / "configs" / "local.yaml"))
+    ap.add_argument("--tasks", default=None, help="comma-separated task ids (default: an hgemm and builtin/softmax)")
+    ap.add_argument("--repeats", type=int, default=8)
+    ap.add_argument("--gap-s", type=float, default=0.0, help="idle seconds before each evaluation (not counted)")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("overrides", nargs="*")
+    args = ap.parse_args()
+    cfg = load_config(args.config, args.overrides).eval
+    default_hgemm = "hgemm/fp32/2048_2048_2048" if cfg.backend == "cuda" else "hgemm/fp32/256_256_256"
+    tasks = args.tasks.split(",") if args.tasks else [default_hgemm, "builtin/softmax"]
+    print(f"{len(tasks)} tasks on {cfg.backend}, {args.repeats} evaluations per path, gap {args.gap_s} s", flush=True)
+    results = []
+    for task_id in tasks:
+        for name, prestart in PATHS.items():
+            results.append({"task": task_id, "path": name,
+                            **summarise(run_path(cfg, task_id, prestart, args.repeats, args.gap_s))})
+    shown = [p for p in PHASES if any(r["phases_median"][p] for r in results)]
+    print("\n| task | path | evaluations/min | median s | p90 s | " + " | ".join(f"{p} (median/p90)" for p in shown)
+          + " | worker start before its job | timed calls | correctness+timing phases | speedup median (min-max) | correct |")
+    print("|---" * (10 + len(shown)) + "|")
+    for r in results:
+        sp = r["speedups"]
+        speed = f"{statistics.median(sp):.3f} ({min(sp):.3f}-{max(sp):.3f})" if sp else "-"
+        pre = f"{r['prestart_median_s']:.2f}" if r["prestart_median_s"] is not None else "-"
+        timed = f"{100 * r['timed_fraction']:.1f}%" if r["timed_fraction"] is not None else "-"
+        print(f"| {r['task']} | {r['path']} | {r['per_minute']:.1f} | {r['median_s']:.2f} | {r['p90_s']:.2f} | "
+              + " | ".join(f"{r['phases_median'][p]:.2f}/{r['phases_p90'][p]:.2f}" for p in shown)
+              + f" | {pre} | {timed} | {100 * r['checked_and_timed_fraction']:.0f}% | {speed} | "
+              f"{r['correct']}/{r['evaluations']} |")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"backend": cfg.backend, "gap_s": args.gap_s, "rows": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
