@@ -96,7 +96,8 @@ def main() -> int:
                     print(f"{task.id} {name} {v} #{k + 1}: speedup {m.speedup or 0:.3f} candidate "
                           f"{m.candidate_ms or 0:.4f} ms baseline {m.baseline_ms or 0:.4f} ms spreads "
                           f"{m.candidate_spread or 0:.3f}/{m.baseline_spread or 0:.3f} {m.rejected or ''} "
-                          f"({m.eval_seconds:.1f} s) {m.extra.get('baseline_compile') or ''} {m.extra.get('phase_s')}", flush=True)
+                          f"({m.eval_seconds:.1f} s) {m.extra.get('baseline_compile') or ''} {m.extra.get('phase_s')} "
+                          f"{m.extra.get('workers')}", flush=True)
             for v, ms in got.items():
                 rows.append(_row(task.id, name, v, ms))
                 print(json.dumps(rows[-1]), flush=True)
