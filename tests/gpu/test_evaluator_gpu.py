@@ -44,6 +44,7 @@ def cuda_config(tmp_path_factory: pytest.TempPathFactory) -> EvalConfig:
                       [f"eval.build.cache_dir={cache}", f"eval.build.cuda_archs=[{arch}]"]).eval
     items = [(get_task(t), (CANDIDATES / p).read_text()) for p, t in HONEST]
     items += [(get_task(e["task"]), (CANDIDATES / "hacks" / e["file"]).read_text()) for e in _cuda_hacks()]
+    items += [(get_task("hgemm/fp32/1024_1024_1024"), (CANDIDATES / "sandbox" / "illegal_address_cuda.cu").read_text())]
     build_many(items, cfg, jobs=os.cpu_count() or 1)
     return cfg
 
@@ -166,3 +167,57 @@ def test_a_kernel_with_a_cuda_guard_builds_against_torch(cuda_config: EvalConfig
                                         (CANDIDATES / "honest" / "hgemm_cuda_guard.cu").read_text())
     assert m.rejected is None, m.detail[-1500:]
     assert m.correct and m.extra["build_path"] == "torch"
+
+
+def _device_files_open(pids: set[int]) -> set[str]:
+    """The NVIDIA device files these processes hold open (any CUDA use, even driver init, opens them)."""
+    found = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/nvidia"):
+                    found.add(target)
+        except OSError:
+            continue
+    return found
+
+
+def _group(pgid: int) -> set[int]:
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and os.getpgid(int(proc.name)) == pgid:
+                pids.add(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_started_worker_touches_no_device_before_its_job(cuda_config: EvalConfig) -> None:
+    """The worker started for the next job (and the runner it forked) has opened no NVIDIA device
+    file while it waits; this test process, which has used CUDA, has (the check's control)."""
+    evaluator = Evaluator(cuda_config)
+    honest = (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text()
+    m = evaluator.evaluate(get_task("hgemm/fp32/1024_1024_1024"), honest)
+    assert m.correct, m.detail[-800:]
+    worker = evaluator.standby.held
+    assert worker is not None and worker.wait_ready(120)
+    pids = _group(worker.proc.pid)
+    assert len(pids) >= 2, pids                       # the worker and its runner (and the confinement's stage)
+    assert _device_files_open({os.getpid()}), "control: this process should hold /dev/nvidia* open"
+    assert not _device_files_open(pids), _device_files_open(pids)
+    evaluator.close()
+
+
+def test_a_candidate_that_corrupts_its_context_leaves_the_next_one_untouched(cuda_config: EvalConfig) -> None:
+    """An illegal address poisons its process's CUDA context for good; the next evaluation runs in
+    the worker started beside it, which had not touched the device, and passes."""
+    evaluator = Evaluator(cuda_config)
+    task = get_task("hgemm/fp32/1024_1024_1024")
+    bad = evaluator.evaluate(task, (CANDIDATES / "sandbox" / "illegal_address_cuda.cu").read_text())
+    assert bad.rejected in ("illegal_memory_access", "crash"), (bad.rejected, bad.detail[-800:])
+    good = evaluator.evaluate(task, (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text())
+    assert good.correct, good.detail[-800:]
+    assert good.extra["workers"][0] == "standby"
+    evaluator.close()
