@@ -151,6 +151,8 @@ class _Progress:
                     self.watched = self.watched or any(p in line for p in _WATCHED_PHASES)
                     if line.startswith('{"phase"'):
                         self._mark(line)
+                    elif line.endswith('"final": true}\n') and len(self.marks) < 64:
+                        self.marks.append(("teardown", self.last_at))   # the verdict is in: the rest is the exit
                     elif line == '{"ready": 1}\n' and not self.ready.is_set():
                         self.ready_at = self.last_at
                         self.ready.set()

@@ -39,6 +39,7 @@ def test_a_ready_line_marks_the_worker_ready_and_is_not_part_of_its_job() -> Non
     assert progress.lines == [] and progress.marks == [("start", at)]
     read_fd, write_fd = os.pipe()
     with os.fdopen(write_fd, "w") as w:
-        w.write('{"phase": "setup"}\n{"phase": "timing"}\n')
+        w.write('{"phase": "setup"}\n{"phase": "timing"}\n{"ok": true, "final": true}\n')
     progress.read(read_fd)
-    assert seen == ["setup", "timing"] and [n for n, _ in progress.marks] == ["start", "setup", "timing"]
+    assert seen == ["setup", "timing"]
+    assert [n for n, _ in progress.marks] == ["start", "setup", "timing", "teardown"]   # the verdict, then the exit
