@@ -13,8 +13,8 @@ evaluator's started worker must not import beside the other path's timed calls).
 
 Printed per task and path: evaluations per minute (repeats over the summed evaluation wall time),
 the median and p90 evaluation time, the median and p90 of each worker phase (`start` is process
-start and imports for a fresh worker, reading the job for a started one; `setup` the runner's fork,
-the device and the task's problem; `timing` the baseline's and the candidate's interleaved calls;
+start and imports for a fresh worker, reading the job for a started one; `setup` the device and
+the task's problem; `timing` the baseline's and the candidate's interleaved calls;
 `teardown` from the verdict to the process's end; a re-measured evaluation shows its last
 measurement's phases), the started worker's own start-up paid before its job, the
 share of the evaluation spent in timed calls (samples x (candidate + baseline time)) and in the
