@@ -1,6 +1,6 @@
-"""Evaluations per minute on one timer, and where an evaluation's time goes: each worker started
-when its job arrives (`eval.sandbox.prestart=false`) against the worker started beside the job
-before it (`prestart=true`), in one run.
+"""Evaluations per minute on one timer, and where an evaluation's time goes, for each way of starting
+the worker (`eval.sandbox.prestart`): `off` (when its job arrives), `after_job` (when the job before
+it ended) and `beside_job` (as the job before it started), in one run.
 
     python benchmarks/eval_throughput.py --config configs/local.yaml \\
         [--tasks hgemm/fp32/256_256_256,builtin/softmax] [--repeats 8] [--gap-s 0] [--out X.json] [overrides]
@@ -40,7 +40,7 @@ from rl_kernels.evaluation.evaluator import Evaluator  # noqa: E402
 from rl_kernels.tasks import get_task  # noqa: E402
 from rl_kernels.types import Measurement  # noqa: E402
 
-PATHS = {"fresh": False, "prestart": True}
+PATHS = ("off", "after_job", "beside_job")
 PHASES = ("start", "setup", "baselines", "warm", "load", "correctness", "launches", "timing", "teardown")
 CHECKED_AND_TIMED = ("correctness", "launches", "timing")
 
@@ -51,7 +51,8 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
-def run_path(cfg: EvalConfig, task_id: str, prestart: bool, repeats: int, gap_s: float) -> list[tuple[float, Measurement]]:
+def run_path(cfg: EvalConfig, task_id: str, prestart: str, repeats: int,
+             gap_s: float) -> list[tuple[float, Measurement]]:
     """`repeats` evaluations of the task's seed by one evaluator, each with its wall seconds."""
     task = get_task(task_id)
     source = task.seeds[cfg.backend]
@@ -66,7 +67,7 @@ def run_path(cfg: EvalConfig, task_id: str, prestart: bool, repeats: int, gap_s:
         t0 = time.monotonic()
         m = evaluator.evaluate(task, source, build)
         runs.append((time.monotonic() - t0, m))
-        print(f"{task_id} {'prestart' if prestart else 'fresh'} {i + 1}/{repeats}: {runs[-1][0]:.2f} s, "
+        print(f"{task_id} {prestart} {i + 1}/{repeats}: {runs[-1][0]:.2f} s, "
               f"{m.rejected or 'correct'}, workers {m.extra.get('workers')}", flush=True)
     evaluator.close()
     return runs
@@ -111,8 +112,8 @@ def main() -> int:
     print(f"{len(tasks)} tasks on {cfg.backend}, {args.repeats} evaluations per path, gap {args.gap_s} s", flush=True)
     results = []
     for task_id in tasks:
-        for name, prestart in PATHS.items():
-            results.append({"task": task_id, "path": name,
+        for prestart in PATHS:
+            results.append({"task": task_id, "path": prestart,
                             **summarise(run_path(cfg, task_id, prestart, args.repeats, args.gap_s))})
     shown = [p for p in PHASES if any(r["phases_median"][p] for r in results)]
     print("\n| task | path | evaluations/min | median s | p90 s | " + " | ".join(f"{p} (median/p90)" for p in shown)

@@ -97,12 +97,13 @@ class SandboxConfig(_Strict):
         "a call's temporaries then cost what they cost in a long-running process, instead of a "
         "page-fault storm that one worker process got and the next did not (eager rmsnorm on cpu: "
         "3.5 or 9 ms by process); false times the allocator's default behaviour"))
-    prestart: bool = Field(True, description=(
-        "As each job starts, start the worker for the next one beside it (process, Python, torch and "
-        "the evaluator's imports, stopped during the job's timed phases; it then waits for its job "
-        "without touching the device): saves those seconds per evaluation, still one process per "
-        "candidate; costs one idle process (~0.3-1 GB resident) per evaluator and, on a small host, "
-        "cores shared with the running job's untimed phases. Off starts each worker when its job arrives"))
+    prestart: Literal["off", "after_job", "beside_job"] = Field("beside_job", description=(
+        "When the worker for the next job starts (process, Python, torch, the evaluator's imports and "
+        "the runner; it then waits for its job without touching the device): beside_job as each job "
+        "starts (stopped during its timed phases; back to back it hides the start-up where the host "
+        "has cores to spare), after_job when a job ends (ready if the timer waits for candidates, "
+        "never beside a running job: for hosts with a core or two), off when its job arrives. One "
+        "process per candidate either way; an idle started worker holds ~0.3-1 GB"))
     prestart_ready_s: float = Field(60.0, gt=0, description=(
         "Seconds a job waits for a started worker that has not finished its imports before it "
         "discards it and starts a fresh one; lower gives up sooner on a slow start (which a fresh "

@@ -63,7 +63,7 @@ class Evaluator:
         self._cublas_library: str | None = None
         if cfg.sandbox.isolation == "namespaces":
             confine.probe()   # fail at start-up, naming the missing layer, not on every candidate
-        self.standby = Standby(cfg.sandbox.prestart, cfg.sandbox.prestart_ready_s)
+        self.standby = Standby(cfg.sandbox.prestart != "off", cfg.sandbox.prestart_ready_s)
 
     def close(self) -> None:
         """Ends the worker started for a next job that will not come (also done when the evaluator
@@ -84,15 +84,21 @@ class Evaluator:
     def _run_job(self, job: dict[str, Any], artifact: bytes | None, artifact_name: str,
                  kept: KeptCompile | None) -> tuple[sandbox.SandboxResult, float]:
         """Runs one job holding the device (and the host), in the worker started ahead for it when
-        there is a usable one, while the next job's worker starts beside it (stopped during this
-        job's timed phases); returns the result and the seconds waited for the host."""
+        there is a usable one; the next job's worker starts beside it (stopped during this job's
+        timed phases) or after it (`sandbox.prestart`); returns the result and the seconds waited
+        for the host."""
         spec = sandbox.WorkerSpec(self.cfg.backend, self.cfg.sandbox, self._threads(), tuple(self._readable(job)),
                                   tuple(self._hidden()), kept.workdir if kept else None,
                                   warm_compile="compile" in self.cfg.baselines.module)
         worker, why = self.standby.take(spec)
-        self.standby.refill(spec)
+        beside = self.cfg.sandbox.prestart == "beside_job"
+        if beside:
+            self.standby.refill(spec)
         with self._holding_device() as host_wait_s:
-            res = sandbox.run_job(job, artifact, artifact_name, spec, kept, worker, beside=self.standby.held)
+            res = sandbox.run_job(job, artifact, artifact_name, spec, kept, worker,
+                                  beside=self.standby.held if beside else None)
+        if not beside:
+            self.standby.refill(spec)     # after_job: outside the locks, once nothing of this job runs
         if worker is None and why != "none":
             res.worker = f"fresh (the started worker: {why})"
         return res, host_wait_s

@@ -2,10 +2,13 @@
 
 Starting a worker costs seconds before it can do anything (process start, `import torch`, the
 evaluator's modules, under namespaces the confinement's setup): on the 2-core cpu machine and the
-H200 host alike that is a large share of an evaluation.  So when a job starts, the evaluator starts the
-worker for the next one beside it (`sandbox.StartedWorker`): it imports while the current job sets
-up and checks correctness, and then waits for its job; when the timer waits for candidates anyway,
-the next job finds it ready, and back to back it has had the current job's duration to get there.
+H200 host alike that is a large share of an evaluation.  So the evaluator starts the worker for the
+next job ahead (`sandbox.StartedWorker`), and it waits for its job once its imports are done.
+`eval.sandbox.prestart` says when: `beside_job` as the current job starts (it imports while that job
+sets up and checks correctness: back to back it has the job's duration to get ready, which is free
+where the host has cores to spare), `after_job` when the current job has ended (on a host of two
+cores an import beside the job slowed its correctness phase by about what it saved; a timer that
+waits for its next candidate still finds the worker ready).
 
 What does not change: one process serves one job and is then discarded (a crash, hang or corrupted
 context of one candidate never reaches the next); the started worker touches no device and reads
@@ -28,8 +31,9 @@ class Standby:
     """At most one started worker, for the next job of one evaluator.
 
         worker, why = standby.take(spec)     # None when there is no usable one (why says so)
-        standby.refill(spec)                 # the next job's worker starts now ...
+        standby.refill(spec)                 # beside_job: the next job's worker starts now ...
         result = sandbox.run_job(job, ..., spec, kept, worker, beside=standby.held)   # ... stopped while this one times
+        # (after_job: run_job without `beside`, then refill)
 
     `enabled` False makes every call a no-op (each job starts its own worker); `ready_s` is how long
     `take` waits for a started worker that is still importing before it starts a fresh one instead.

@@ -1,6 +1,7 @@
-"""The worker started ahead of the next job: it serves exactly one job, and when it cannot (it died,
-it never finished its imports, it was started for other settings) the job runs in a fresh worker
-with the same verdict; an unused one ends with its evaluator or with the process that started it."""
+"""The worker started ahead of the next job (after the job before it, or beside it and stopped while
+it times): it serves exactly one job, and when it cannot (it died, it never finished its imports, it
+was started for other settings) the job runs in a fresh worker with the same verdict; an unused
+one ends with its evaluator or with the process that started it."""
 
 from __future__ import annotations
 
@@ -49,8 +50,11 @@ def _evaluator_with_a_started_worker(cfg: EvalConfig) -> tuple[Evaluator, Starte
     return evaluator, worker
 
 
-def test_the_next_job_runs_in_the_worker_started_for_it_and_nothing_is_left(cpu_config: EvalConfig) -> None:
-    evaluator, worker = _evaluator_with_a_started_worker(cpu_config)
+@pytest.mark.parametrize("when", ["after_job", "beside_job"])
+def test_the_next_job_runs_in_the_worker_started_for_it_and_nothing_is_left(when: str, cpu_config: EvalConfig) -> None:
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.sandbox.prestart = when
+    evaluator, worker = _evaluator_with_a_started_worker(cfg)
     assert worker.wait_ready(60)
     m = evaluator.evaluate(get_task(TASK), _honest())
     assert m.correct, m.detail[-1500:]
