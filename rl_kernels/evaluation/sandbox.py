@@ -127,6 +127,7 @@ def environment(scratch: Path, threads: int | None, compile_dir: Path | None = N
 
 _WATCHED_PHASES = ('"load"', '"correctness"', '"timing"')   # candidate code runs from "load" on
 TIMED_PHASES = ("baselines", "timing")    # the worker's phases in which it times calls
+READY_LINE = '{"ready": 1}\n'            # the worker's imports are done; it waits for `go`
 
 
 class _Progress:
@@ -153,14 +154,14 @@ class _Progress:
                         self._mark(line)
                     elif line.endswith('"final": true}\n') and len(self.marks) < 64:
                         self.marks.append(("teardown", self.last_at))   # the verdict is in: the rest is the exit
-                    elif line == '{"ready": 1}\n' and not self.ready.is_set():
+                    elif line == READY_LINE and not self.ready.is_set():
                         self.ready_at = self.last_at
                         self.ready.set()
 
     def begin(self, at: float) -> None:
         """The job starts now: what the worker said while it waited for it is not the job's."""
         with self._lock:
-            self.lines = [ln for ln in self.lines if ln != '{"ready": 1}\n']
+            self.lines = [ln for ln in self.lines if ln != READY_LINE]
             self.last_at = at
             self.marks = [("start", at)]
 

@@ -1,10 +1,12 @@
-"""The evaluation subprocess: `python -m rl_kernels.evaluation.worker JOB.json RESULT_FD GO_FD [--split] [--warm-compile]`.
+"""The evaluation subprocess:
+`python -m rl_kernels.evaluation.worker JOB.json RESULT_FD GO_FD [--split] [--warm-compile]`.
 
 One fresh process per evaluation (DESIGN.md protocol step 1).  It may be started before its job
 exists (`sandbox.StartedWorker`): it imports what every job needs, forks the runner (`--split`),
 says `ready`, and waits for `go` on GO_FD before it reads JOB.json; it touches no device and no job
-file before that, so a process started ahead is the same as one started on demand, only sooner.  Under `sandbox.boundary: split` (the
-default) this process is the judge and never loads the candidate: `judge.py` starts a runner for it.
+file before that, so a process started ahead is the same as one started on demand, only sooner.
+Under `sandbox.boundary: split` (the default) this process is the judge and never loads the
+candidate: the runner it forked (`judge.RunnerProcess`) does.
 Under `shared` the candidate runs here, next to the timer and the checker: everything it could
 tamper with is prepared *before* its code is loaded (reference model, baselines, timer objects,
 audit hook); correctness comes before timing; the timing functions' identities are verified after
@@ -34,6 +36,7 @@ from rl_kernels.evaluation.inputs import DISTRIBUTIONS
 from rl_kernels.evaluation.launches import judge_launches, own_kernel_keys, record_launches
 from rl_kernels.evaluation.problems import HgemmProblem, InputSet, ModuleProblem
 from rl_kernels.evaluation.reasons import Reason, Rejected
+from rl_kernels.evaluation.sandbox import READY_LINE
 from rl_kernels.evaluation.timing import Flusher, Side, interleaved
 from rl_kernels.types import HgemmSpec, Task
 
@@ -71,7 +74,7 @@ class Reporter:
 
     def ready(self) -> None:
         """Imports done: the process can take its job."""
-        self.out.write('{"ready": 1}\n')
+        self.out.write(READY_LINE)
 
     def beat(self) -> None:
         """Before each candidate call: proof that the previous one returned."""
