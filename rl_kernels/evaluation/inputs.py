@@ -19,25 +19,27 @@ def sample_like(t: torch.Tensor, dist: str, gen: torch.Generator) -> torch.Tenso
     """A new tensor with t's shape/dtype/device whose floating values follow `dist`.
 
     Integer and boolean tensors are returned as copies: their values usually encode indices or
-    shapes the task depends on, so they are kept as the task produced them.
+    shapes the task depends on, so they are kept as the task produced them.  The values are drawn
+    in fp64 on `gen`'s device, which must be t's: host-side sampling of a few million fp64 values
+    per set, then a copy, was most of a GPU evaluation's correctness phase.
     """
     if not t.is_floating_point():
         return t.clone()
-    shape = t.shape
+    shape, on = t.shape, {"generator": gen, "dtype": torch.float64, "device": gen.device}
     if dist == "normal":
-        x = torch.randn(shape, generator=gen, dtype=torch.float64)
+        x = torch.randn(shape, **on)
     elif dist == "uniform":
-        x = torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1
+        x = torch.rand(shape, **on) * 2 - 1
     elif dist == "heavy_tailed":
-        normal = torch.randn(shape, generator=gen, dtype=torch.float64)
-        chi2 = sum(torch.randn(shape, generator=gen, dtype=torch.float64) ** 2 for _ in range(3))
+        normal = torch.randn(shape, **on)
+        chi2 = sum(torch.randn(shape, **on) ** 2 for _ in range(3))
         x = (normal / torch.sqrt(chi2 / 3 + 1e-12)).clamp_(-30, 30) / 3
     elif dist == "mixed_sign":
-        x = torch.randn(shape, generator=gen, dtype=torch.float64)
+        x = torch.randn(shape, **on)
         if x.dim() >= 1 and x.shape[0] > 0:
             scale_shape = (shape[0],) + (1,) * (len(shape) - 1)
-            scales = 10 ** (torch.rand(scale_shape, generator=gen, dtype=torch.float64) * 2 - 1)
-            signs = torch.where(torch.rand(scale_shape, generator=gen) < 0.5, -1.0, 1.0).double()
+            scales = 10 ** (torch.rand(scale_shape, **on) * 2 - 1)
+            signs = torch.where(torch.rand(scale_shape, **on) < 0.5, -1.0, 1.0)
             x = x.abs() * scales * signs + 0.1 * x
     else:
         raise ValueError(f"unknown input distribution {dist!r}; choose from {DISTRIBUTIONS}")
@@ -74,9 +76,16 @@ def refill_(t: torch.Tensor, dist: str, gen: torch.Generator, scale: float = 1.0
 
 
 def resample_inputs(inputs: list[Any], dist: str, seed: int) -> list[Any]:
-    """Replace every floating tensor in `inputs` by fresh values from `dist` (others unchanged)."""
-    gen = torch.Generator().manual_seed(seed)
-    return [sample_like(x, dist, gen) if isinstance(x, torch.Tensor) else x for x in inputs]
+    """Replace every floating tensor in `inputs` by fresh values from `dist` (others unchanged),
+    each drawn on its own device from one generator per device seeded with `seed`."""
+    gens: dict[torch.device, torch.Generator] = {}
+
+    def gen_for(device: torch.device) -> torch.Generator:
+        if device not in gens:
+            gens[device] = torch.Generator(device=device).manual_seed(seed)
+        return gens[device]
+
+    return [sample_like(x, dist, gen_for(x.device)) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
 def to_device(inputs: list[Any], device: str) -> list[Any]:
