@@ -64,6 +64,9 @@ class Evaluator:
         if cfg.sandbox.isolation == "namespaces":
             confine.probe()   # fail at start-up, naming the missing layer, not on every candidate
         self.standby = Standby(cfg.sandbox.prestart != "off", cfg.sandbox.prestart_ready_s)
+        # Whether workers import the audit's and the profiler's tools ahead: from the first job that
+        # uses them on (a worker started for the next job cannot know which task it will get).
+        self._dispatch_tools = False
 
     def close(self) -> None:
         """Ends the worker started for a next job that will not come (also done when the evaluator
@@ -87,9 +90,11 @@ class Evaluator:
         there is a usable one; the next job's worker starts beside it (stopped during this job's
         timed phases) or after it (`sandbox.prestart`); returns the result and the seconds waited
         for the host."""
+        self._dispatch_tools = self._dispatch_tools or self._uses_dispatch_tools(job)
         spec = sandbox.WorkerSpec(self.cfg.backend, self.cfg.sandbox, self._threads(), tuple(self._readable(job)),
                                   tuple(self._hidden()), kept.workdir if kept else None,
-                                  warm_compile="compile" in self.cfg.baselines.module)
+                                  warm_compile="compile" in self.cfg.baselines.module,
+                                  dispatch_tools=self._dispatch_tools)
         worker, why = self.standby.take(spec)
         beside = self.cfg.sandbox.prestart == "beside_job"
         if beside:
@@ -102,6 +107,14 @@ class Evaluator:
         if worker is None and why != "none":
             res.worker = f"fresh (the started worker: {why})"
         return res, host_wait_s
+
+    def _uses_dispatch_tools(self, job: dict[str, Any]) -> bool:
+        """Whether the job records the candidate's ATen ops (module tasks) or its kernel launches
+        (cuda, `launches.enabled`): both where torch may not do the work."""
+        task = job["task"]
+        if job["job"] != "evaluate" or task["allow_torch_ops"] or self.cfg.allow_torch_rewrites:
+            return False
+        return task["kind"] == "module" or (self.cfg.backend == "cuda" and self.cfg.launches.enabled)
 
     # ---- baselines -----------------------------------------------------------------------------
     def baseline_names(self, task: Task) -> list[str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import importlib
 import os
 import random
 import secrets
@@ -61,7 +62,9 @@ class RunnerProcess:
     with torch imported (seconds saved per evaluation) and with nothing of the judge's in memory.
     """
 
-    def __init__(self, scratch: Path, close_in_child: list[int]):
+    def __init__(self, scratch: Path, close_in_child: list[int], preload: tuple[str, ...] = ()):
+        """`preload`: modules the runner imports as soon as it exists, beside whatever its parent
+        does next, so that no job pays for them."""
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:   # the runner
@@ -69,6 +72,8 @@ class RunnerProcess:
                 self.sock.close()
                 for fd in close_in_child:
                     os.close(fd)
+                for name in preload:
+                    importlib.import_module(name)
                 from rl_kernels.evaluation.runner import serve
 
                 serve(theirs, scratch)

@@ -226,6 +226,7 @@ class WorkerSpec:
     hidden: tuple[str, ...] = ()          # places it must not see (under namespaces), e.g. the build cache
     compile_dir: Path | None = None       # the kept compile caches' work dir (None: compile in the scratch dir)
     warm_compile: bool = False            # import torch.compile's modules before the job
+    dispatch_tools: bool = False          # import what the ATen-op audit and the profiler need before the job
 
 
 class StartedWorker:
@@ -251,7 +252,8 @@ class StartedWorker:
         self._pause_lock = threading.Lock()
         self.reader = threading.Thread(target=self.progress.read, args=(read_fd,), daemon=True)
         cmd = [sys.executable, "-m", "rl_kernels.evaluation.worker", str(self.job_path), str(write_fd), str(go_read),
-               *(["--split"] if spec.cfg.boundary == "split" else []), *(["--warm-compile"] if spec.warm_compile else [])]
+               *(["--split"] if spec.cfg.boundary == "split" else []), *(["--warm-compile"] if spec.warm_compile else []),
+               *(["--dispatch-tools"] if spec.dispatch_tools else [])]
         writable = [str(spec.compile_dir)] if spec.compile_dir else []
         try:
             with open(self.scratch / "stderr.txt", "wb") as err:

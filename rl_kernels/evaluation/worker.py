@@ -1,5 +1,5 @@
 """The evaluation subprocess:
-`python -m rl_kernels.evaluation.worker JOB.json RESULT_FD GO_FD [--split] [--warm-compile]`.
+`python -m rl_kernels.evaluation.worker JOB.json RESULT_FD GO_FD [--split] [--warm-compile] [--dispatch-tools]`.
 
 One fresh process per evaluation (DESIGN.md protocol step 1).  It may be started before its job
 exists (`sandbox.StartedWorker`): it imports what every job needs, forks the runner (`--split`),
@@ -469,20 +469,24 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
     return result
 
 
-def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile: bool) -> Any:
+def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile: bool,
+            dispatch_tools: bool) -> Any:
     """What every job needs, done before the job arrives; returns the runner (None unless `split`).
 
     The runner is forked first, as soon as the judge's and runner's modules are imported: before
     this process touches the device or anything of a job, and before torch.compile's modules
     (imported with `warm_compile`, seconds a compiled baseline would otherwise pay inside the
-    evaluation), which the runner has no use for."""
+    evaluation).  With `dispatch_tools`, whichever process will record the candidate's ATen ops
+    (the torch-fallback audit) or its kernel launches (the profiler) imports torch._dynamo now:
+    both tools import it on first use, 1.5 s here and ~6 s on the H200 host inside a job."""
     from rl_kernels.evaluation.judge import RunnerProcess
 
     importlib.import_module("rl_kernels.evaluation.runner")
-    runner = RunnerProcess(scratch, close_in_child=close_in_child) if split else None
-    if warm_compile:
-        for name in ("torch._dynamo", "torch._inductor.compile_fx"):
-            importlib.import_module(name)
+    tools = ("torch._dynamo",) if dispatch_tools else ()
+    runner = RunnerProcess(scratch, close_in_child=close_in_child, preload=tools) if split else None
+    mine = ("torch._dynamo", "torch._inductor.compile_fx") if warm_compile else ()
+    for name in mine if split else mine + tools:
+        importlib.import_module(name)
     return runner
 
 
@@ -500,7 +504,8 @@ def main() -> int:
     flags = sys.argv[4:]
     report = Reporter(fd)
     scratch = job_path.parent.resolve()
-    runner = prepare(scratch, [report.out.fileno(), go_fd], "--split" in flags, "--warm-compile" in flags)
+    runner = prepare(scratch, [report.out.fileno(), go_fd], "--split" in flags, "--warm-compile" in flags,
+                     "--dispatch-tools" in flags)
     report.ready()
     if not wait_for_go(go_fd):
         os._exit(0)

@@ -18,6 +18,7 @@ from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.evaluation.sandbox import StartedWorker, WorkerSpec
 from rl_kernels.tasks import get_task
+from rl_kernels.tasks.module import load_module_task
 
 CANDIDATES = Path(__file__).resolve().parents[1] / "candidates"
 TASK = "hgemm/fp32/128_128_128"
@@ -126,6 +127,26 @@ def test_an_unused_worker_ends_with_the_process_that_started_it(cpu_config: Eval
     pid, scratch = out.stdout.split()
     assert _gone(int(pid), 10), "the started worker outlived its owner"
     assert not (Path(scratch) / "job.json").exists()
+
+
+def test_workers_import_the_audit_tools_ahead_from_the_first_job_that_audits(cpu_config: EvalConfig) -> None:
+    """A cpu hgemm job records no ATen ops and no launches: its next worker imports nothing for them.
+    A module job's candidate is audited for torch fallbacks (a dispatch mode, which imports
+    torch._dynamo on first use): from then on every worker imports that ahead, and the audit still
+    refuses nothing honest."""
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.sandbox.prestart = "after_job"
+    cfg.baselines.module = ["eager"]
+    evaluator, worker = _evaluator_with_a_started_worker(cfg)
+    assert not worker.spec.dispatch_tools
+    task = load_module_task(CANDIDATES / "honest" / "tasks" / "relu.py", task_id="test/relu")
+    m = evaluator.evaluate(task, (CANDIDATES / "honest" / "relu_cpu.py").read_text())
+    assert m.correct and m.rejected is None, m.detail[-1500:]
+    assert evaluator.standby.held is not None and evaluator.standby.held.spec.dispatch_tools
+    again = evaluator.evaluate(get_task(TASK), _honest())      # an hgemm job after it: the tools stay
+    assert again.correct and again.extra["workers"] == ["standby"], again.extra.get("workers")
+    assert evaluator.standby.held is not None and evaluator.standby.held.spec.dispatch_tools
+    evaluator.close()
 
 
 @pytest.mark.slow

@@ -148,3 +148,21 @@ def test_a_runner_that_understates_its_calls_is_caught_by_the_judge_wall_clock()
     with pytest.raises(Rejected) as caught:
         check_clock(forged, baseline, cfg)
     assert caught.value.reason == Reason.TIMER_PATCHED
+
+
+def test_the_runner_imports_its_preload_before_any_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the audit and the profiler import on first use is imported as the runner starts, in the
+    runner itself (here a module that writes its importer's pid), with no order sent."""
+    (tmp_path / "rlk_preload_marker.py").write_text(
+        "import os, pathlib\npathlib.Path(__file__).with_suffix('.pid').write_text(str(os.getpid()))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runner = RunnerProcess(tmp_path, close_in_child=[], preload=("rlk_preload_marker",))
+    try:
+        marker = tmp_path / "rlk_preload_marker.pid"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not marker.is_file():
+            time.sleep(0.05)
+        assert marker.is_file() and int(marker.read_text()) == runner.pid
+        assert "rlk_preload_marker" not in sys.modules     # the judge did not import it
+    finally:
+        runner.close()
