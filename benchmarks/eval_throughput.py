@@ -3,7 +3,8 @@ the worker (`eval.sandbox.prestart`): `off` (when its job arrives), `after_job` 
 it ended) and `beside_job` (as the job before it started), in one run.
 
     python benchmarks/eval_throughput.py --config configs/local.yaml \\
-        [--tasks hgemm/fp32/256_256_256,builtin/softmax] [--repeats 8] [--gap-s 0] [--out X.json] [overrides]
+        [--tasks hgemm/fp32/256_256_256,builtin/softmax] [--paths off,after_job,beside_job] [--repeats 8] \\
+        [--gap-s 0] [--out X.json] [overrides]
 
 Per task, the task's own seed for the backend is built and its baselines measured first (cached,
 not counted); then per path one evaluator runs one untimed evaluation (so a started worker exists)
@@ -67,8 +68,10 @@ def run_path(cfg: EvalConfig, task_id: str, prestart: str, repeats: int,
         t0 = time.monotonic()
         m = evaluator.evaluate(task, source, build)
         runs.append((time.monotonic() - t0, m))
-        print(f"{task_id} {prestart} {i + 1}/{repeats}: {runs[-1][0]:.2f} s, "
-              f"{m.rejected or 'correct'}, workers {m.extra.get('workers')}", flush=True)
+        phases = " ".join(f"{p} {v:.2f}" for p, v in m.extra.get("phase_s", {}).items())
+        print(f"{task_id} {prestart} {i + 1}/{repeats}: {runs[-1][0]:.2f} s, {m.rejected or 'correct'}, "
+              f"workers {m.extra.get('workers')}, started {m.extra.get('prestart_s', '-')} s before; {phases}",
+              flush=True)
     evaluator.close()
     return runs
 
@@ -97,40 +100,55 @@ def summarise(runs: list[tuple[float, Measurement]]) -> dict[str, Any]:
     }
 
 
+def header() -> str:
+    return ("| task | path | evaluations/min | median s | p90 s | " + " | ".join(f"{p} (median/p90)" for p in PHASES)
+            + " | worker start before its job | timed calls | correctness+timing phases | speedup median (min-max) | correct |\n"
+            + "|---" * (10 + len(PHASES)) + "|")
+
+
+def row(r: dict[str, Any]) -> str:
+    sp = r["speedups"]
+    speed = f"{statistics.median(sp):.3f} ({min(sp):.3f}-{max(sp):.3f})" if sp else "-"
+    pre = f"{r['prestart_median_s']:.2f}" if r["prestart_median_s"] is not None else "-"
+    timed = f"{100 * r['timed_fraction']:.1f}%" if r["timed_fraction"] is not None else "-"
+    return (f"| {r['task']} | {r['path']} | {r['per_minute']:.1f} | {r['median_s']:.2f} | {r['p90_s']:.2f} | "
+            + " | ".join(f"{r['phases_median'][p]:.2f}/{r['phases_p90'][p]:.2f}" for p in PHASES)
+            + f" | {pre} | {timed} | {100 * r['checked_and_timed_fraction']:.0f}% | {speed} | "
+            f"{r['correct']}/{r['evaluations']} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default=str(REPO / "configs" / "local.yaml"))
     ap.add_argument("--tasks", default=None, help="comma-separated task ids (default: an hgemm and builtin/softmax)")
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {', '.join(PATHS)}")
     ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--gap-s", type=float, default=0.0, help="idle seconds before each evaluation (not counted)")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="JSON of every row, rewritten after each path")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     cfg = load_config(args.config, args.overrides).eval
+    paths = args.paths.split(",")
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown:
+        ap.error(f"unknown path(s) {', '.join(unknown)}; choose from {', '.join(PATHS)}")
     default_hgemm = "hgemm/fp32/2048_2048_2048" if cfg.backend == "cuda" else "hgemm/fp32/256_256_256"
     tasks = args.tasks.split(",") if args.tasks else [default_hgemm, "builtin/softmax"]
-    print(f"{len(tasks)} tasks on {cfg.backend}, {args.repeats} evaluations per path, gap {args.gap_s} s", flush=True)
+    print(f"{len(tasks)} tasks on {cfg.backend}, paths {', '.join(paths)}, {args.repeats} evaluations per path, "
+          f"gap {args.gap_s} s", flush=True)
     results = []
     for task_id in tasks:
-        for prestart in PATHS:
+        for prestart in paths:
             results.append({"task": task_id, "path": prestart,
                             **summarise(run_path(cfg, task_id, prestart, args.repeats, args.gap_s))})
-    shown = [p for p in PHASES if any(r["phases_median"][p] for r in results)]
-    print("\n| task | path | evaluations/min | median s | p90 s | " + " | ".join(f"{p} (median/p90)" for p in shown)
-          + " | worker start before its job | timed calls | correctness+timing phases | speedup median (min-max) | correct |")
-    print("|---" * (10 + len(shown)) + "|")
+            print(row(results[-1]), flush=True)    # a run cut short keeps every finished path
+            if args.out:
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps({"backend": cfg.backend, "gap_s": args.gap_s, "rows": results},
+                                                     indent=1))
+    print("\n" + header())
     for r in results:
-        sp = r["speedups"]
-        speed = f"{statistics.median(sp):.3f} ({min(sp):.3f}-{max(sp):.3f})" if sp else "-"
-        pre = f"{r['prestart_median_s']:.2f}" if r["prestart_median_s"] is not None else "-"
-        timed = f"{100 * r['timed_fraction']:.1f}%" if r["timed_fraction"] is not None else "-"
-        print(f"| {r['task']} | {r['path']} | {r['per_minute']:.1f} | {r['median_s']:.2f} | {r['p90_s']:.2f} | "
-              + " | ".join(f"{r['phases_median'][p]:.2f}/{r['phases_p90'][p]:.2f}" for p in shown)
-              + f" | {pre} | {timed} | {100 * r['checked_and_timed_fraction']:.0f}% | {speed} | "
-              f"{r['correct']}/{r['evaluations']} |")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"backend": cfg.backend, "gap_s": args.gap_s, "rows": results}, indent=1))
+        print(row(r))
     return 0
 
 

@@ -104,6 +104,10 @@ class SandboxConfig(_Strict):
         "has cores to spare), after_job when a job ends (ready if the timer waits for candidates, "
         "never beside a running job: for hosts with a core or two), off when its job arrives. One "
         "process per candidate either way; an idle started worker holds ~0.3-1 GB"))
+    prestart_workers: int = Field(1, ge=1, le=16, description=(
+        "How many workers are kept started ahead (with prestart on); each job takes the oldest. More "
+        "than one hides a start-up longer than a job (H200 host: ~12 s with torch.compile's imports "
+        "against ~6 s jobs) at the cost of a process (~1 GB of host memory) each and CPU beside the job"))
     prestart_ready_s: float = Field(60.0, gt=0, description=(
         "Seconds a job waits for a started worker that has not finished its imports before it "
         "discards it and starts a fresh one; lower gives up sooner on a slow start (which a fresh "

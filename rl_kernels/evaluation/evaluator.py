@@ -63,7 +63,7 @@ class Evaluator:
         self._cublas_library: str | None = None
         if cfg.sandbox.isolation == "namespaces":
             confine.probe()   # fail at start-up, naming the missing layer, not on every candidate
-        self.standby = Standby(cfg.sandbox.prestart != "off", cfg.sandbox.prestart_ready_s)
+        self.standby = Standby(cfg.sandbox.prestart != "off", cfg.sandbox.prestart_ready_s, cfg.sandbox.prestart_workers)
         # Whether workers import the audit's and the profiler's tools ahead: from the first job that
         # uses them on (a worker started for the next job cannot know which task it will get).
         self._dispatch_tools = False
@@ -101,7 +101,7 @@ class Evaluator:
             self.standby.refill(spec)
         with self._holding_device() as host_wait_s:
             res = sandbox.run_job(job, artifact, artifact_name, spec, kept, worker,
-                                  beside=self.standby.held if beside else None)
+                                  beside=self.standby.workers if beside else ())
         if not beside:
             self.standby.refill(spec)     # after_job: outside the locks, once nothing of this job runs
         if worker is None and why != "none":

@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from rl_kernels.config import SandboxConfig
 from rl_kernels.evaluation import compile_cache, confine
@@ -326,13 +326,18 @@ class StartedWorker:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+def _pause_all(workers: Sequence[StartedWorker]) -> None:
+    for worker in workers:
+        worker.pause()
+
+
 def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spec: WorkerSpec,
             kept: compile_cache.KeptCompile | None = None, worker: StartedWorker | None = None,
-            beside: StartedWorker | None = None) -> SandboxResult:
+            beside: Sequence[StartedWorker] = ()) -> SandboxResult:
     """Runs `job` in `worker` (started for `spec` before the job) or in one started now; `kept` are
     the task's kept compile caches (seeded into `spec.compile_dir`, and given what the worker listed
-    there before candidate code ran); `beside` is the next job's worker, starting while this job
-    runs: it is stopped from this job's first timed phase until this job ends, if still importing."""
+    there before candidate code ran); `beside` are the next jobs' workers, starting while this job
+    runs: each is stopped from this job's first timed phase until this job ends, if still importing."""
     assert kept is None or kept.workdir == spec.compile_dir, "the kept caches' work dir is the spec's"
     standby = worker is not None
     worker = worker or StartedWorker(spec)
@@ -349,8 +354,8 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
         job = dict(job, artifact_name=artifact_name, **extra)
         worker.job_path.write_text(json.dumps(job))
         proc, progress = worker.proc, worker.progress
-        if beside is not None:
-            progress.on_phase = lambda name: beside.pause() if name in TIMED_PHASES else None
+        if beside:
+            progress.on_phase = lambda name: _pause_all(beside) if name in TIMED_PHASES else None
         t0 = worker.go()
         stopped = _wait(proc, progress, cfg.timeout_s, job.get("watchdog_s"))
         timed_out = stopped is not None
@@ -369,9 +374,10 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
                              leftover and not timed_out, job.get("watchdog_s") if stopped == "hung" else None,
                              progress.phase_seconds(t0 + seconds), "standby" if standby else "fresh", prestart)
     finally:
-        if beside is not None:
+        if beside:
             worker.progress.on_phase = None
-            beside.resume()
+            for other in beside:
+                other.resume()
         if not cfg.keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
         if kept is not None:

@@ -1,4 +1,4 @@
-"""One evaluation worker started ahead of an evaluator's next job.
+"""Evaluation workers started ahead of an evaluator's next jobs.
 
 Starting a worker costs seconds before it can do anything (process start, `import torch`, the
 evaluator's modules, under namespaces the confinement's setup): on the 2-core cpu machine and the
@@ -11,8 +11,8 @@ cores an import beside the job slowed its correctness phase by about what it sav
 waits for its next candidate still finds the worker ready).
 
 What does not change: one process serves one job and is then discarded (a crash, hang or corrupted
-context of one candidate never reaches the next); the started worker touches no device and reads
-no job file until its job arrives, and the evaluator holds the device lock from `go` to the verdict
+context of one candidate never reaches the next); the started worker creates no CUDA context and
+reads no job file until its job arrives, and the evaluator holds the device lock from `go` to the verdict
 as before.  A worker still importing when the current job reaches a timed phase is stopped
 (SIGSTOP) until that job ends, so no import runs beside a timed call; a ready one only waits on a
 pipe.  A started worker that died, hangs in its imports or was started for other settings is
@@ -28,39 +28,53 @@ from rl_kernels.evaluation.sandbox import StartedWorker, WorkerSpec
 
 
 class Standby:
-    """At most one started worker, for the next job of one evaluator.
+    """Up to `size` started workers for the next jobs of one evaluator, served oldest first.
 
         worker, why = standby.take(spec)     # None when there is no usable one (why says so)
-        standby.refill(spec)                 # beside_job: the next job's worker starts now ...
-        result = sandbox.run_job(job, ..., spec, kept, worker, beside=standby.held)   # ... stopped while this one times
+        standby.refill(spec)                 # beside_job: the next jobs' workers start now ...
+        result = sandbox.run_job(job, ..., spec, kept, worker, beside=standby.workers)   # ... stopped while this one times
         # (after_job: run_job without `beside`, then refill)
 
     `enabled` False makes every call a no-op (each job starts its own worker); `ready_s` is how long
     `take` waits for a started worker that is still importing before it starts a fresh one instead.
+    More than one (`size`) hides a start-up longer than a job: each job takes the oldest, which has
+    had the most time, and one more starts.
     """
 
-    def __init__(self, enabled: bool, ready_s: float) -> None:
+    def __init__(self, enabled: bool, ready_s: float, size: int = 1) -> None:
+        if size < 1:
+            raise ValueError(f"a standby of {size} workers: at least 1")
         self.enabled = enabled
         self.ready_s = ready_s
+        self.size = size
         self._held: list[StartedWorker] = []
         self._lock = threading.Lock()
-        # The owner going away (or the interpreter exiting) ends an unused worker with it.
+        # The owner going away (or the interpreter exiting) ends the unused workers with it.
         self._finalizer = weakref.finalize(self, _discard_all, self._held)
 
     @property
     def held(self) -> StartedWorker | None:
-        """The started worker waiting for the next job, if any."""
-        return self._held[0] if self._held else None
+        """The started worker the next job gets (the oldest), if any."""
+        with self._lock:
+            return self._held[0] if self._held else None
+
+    @property
+    def workers(self) -> tuple[StartedWorker, ...]:
+        """Every started worker, oldest first."""
+        with self._lock:
+            return tuple(self._held)
 
     def take(self, spec: WorkerSpec) -> tuple[StartedWorker | None, str]:
-        """The started worker if it suits `spec` and is ready, else None; and what happened:
-        "standby", "none", "other_settings", "died" or "not_ready"."""
+        """The oldest started worker if it suits `spec` and is ready, else None; and what happened:
+        "standby", "none", "other_settings" (the others started with it are ended too), "died" or
+        "not_ready"."""
         with self._lock:
-            worker = self._held.pop() if self._held else None
+            worker = self._held.pop(0) if self._held else None
         if worker is None:
             return None, "none"
         if worker.spec != spec:
             worker.discard()
+            self._discard_unlike(spec)
             return None, "other_settings"
         if not worker.wait_ready(self.ready_s):
             why = "died" if worker.proc.poll() is not None else "not_ready"
@@ -69,17 +83,28 @@ class Standby:
         return worker, "standby"
 
     def refill(self, spec: WorkerSpec) -> None:
-        """Starts the worker for the next job (replacing any unused one)."""
+        """Starts workers for the next jobs until `size` are held (ending any started for other settings)."""
         if not self.enabled:
             return
-        self.close()
-        worker = StartedWorker(spec)
-        with self._lock:
-            self._held.append(worker)
+        self._discard_unlike(spec)
+        while True:
+            with self._lock:
+                if len(self._held) >= self.size:
+                    return
+            worker = StartedWorker(spec)
+            with self._lock:
+                self._held.append(worker)
 
     def close(self) -> None:
-        """Ends the unused worker, if any."""
+        """Ends every unused worker."""
         _discard_all(self._held)
+
+    def _discard_unlike(self, spec: WorkerSpec) -> None:
+        with self._lock:
+            unlike = [w for w in self._held if w.spec != spec]
+            self._held[:] = [w for w in self._held if w.spec == spec]
+        for worker in unlike:
+            worker.discard()
 
 
 def _discard_all(held: list[StartedWorker]) -> None:

@@ -3,8 +3,9 @@
 
 One fresh process per evaluation (DESIGN.md protocol step 1).  It may be started before its job
 exists (`sandbox.StartedWorker`): it imports what every job needs, forks the runner (`--split`),
-says `ready`, and waits for `go` on GO_FD before it reads JOB.json; it touches no device and no job
-file before that, so a process started ahead is the same as one started on demand, only sooner.
+says `ready`, and waits for `go` on GO_FD before it reads JOB.json; it creates no CUDA context (an
+import may initialise the driver; nothing is allocated or run on the device) and reads no job file
+before that, so a process started ahead is the same as one started on demand, only sooner.
 Under `sandbox.boundary: split` (the default) this process is the judge and never loads the
 candidate: the runner it forked (`judge.RunnerProcess`) does.
 Under `shared` the candidate runs here, next to the timer and the checker: everything it could

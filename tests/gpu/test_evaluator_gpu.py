@@ -4,6 +4,9 @@ hgemm reward hack is rejected, through the whole evaluator.  Skipped without CUD
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,7 +90,6 @@ def test_host_heavy_launches_stay_outside_the_timed_interval(margin: float, cuda
     kernel: with the adaptive launch cover the events see the kernel; with a fixed ~100 us cover
     the GPU idles at the start event and the host time lands in the interval."""
     import random
-    import time
 
     from rl_kernels.evaluation.timing import IntervalClock, Side
 
@@ -169,20 +171,6 @@ def test_a_kernel_with_a_cuda_guard_builds_against_torch(cuda_config: EvalConfig
     assert m.correct and m.extra["build_path"] == "torch"
 
 
-def _device_files_open(pids: set[int]) -> set[str]:
-    """The NVIDIA device files these processes hold open (any CUDA use, even driver init, opens them)."""
-    found = set()
-    for pid in pids:
-        try:
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                target = os.readlink(fd)
-                if target.startswith("/dev/nvidia"):
-                    found.add(target)
-        except OSError:
-            continue
-    return found
-
-
 def _group(pgid: int) -> set[int]:
     pids = set()
     for proc in Path("/proc").iterdir():
@@ -194,20 +182,40 @@ def _group(pgid: int) -> set[int]:
     return pids
 
 
-def test_a_started_worker_touches_no_device_before_its_job(cuda_config: EvalConfig) -> None:
-    """The worker started for the next job (and the runner it forked) has opened no NVIDIA device
-    file while it waits; this test process, which has used CUDA, has (the check's control)."""
+def _free_after(settle_s: float = 1.0) -> int:
+    time.sleep(settle_s)
+    return torch.cuda.mem_get_info()[0]
+
+
+def test_a_started_worker_holds_no_cuda_context_before_its_job(cuda_config: EvalConfig) -> None:
+    """The worker started for the next job (and the runner it forked) holds no CUDA context while it
+    waits: ending it frees no device memory.  An import may initialise the driver (open
+    /dev/nvidia*, as torch.cuda.is_available() does); nothing is allocated or run on the device.
+    Control: a process that did create a context frees its hundreds of MiB when it ends."""
     evaluator = Evaluator(cuda_config)
     honest = (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text()
     m = evaluator.evaluate(get_task("hgemm/fp32/1024_1024_1024"), honest)
     assert m.correct, m.detail[-800:]
     worker = evaluator.standby.held
     assert worker is not None and worker.wait_ready(120)
-    pids = _group(worker.proc.pid)
-    assert len(pids) >= 2, pids                       # the worker and its runner (and the confinement's stage)
-    assert _device_files_open({os.getpid()}), "control: this process should hold /dev/nvidia* open"
-    assert not _device_files_open(pids), _device_files_open(pids)
+    pgid = worker.proc.pid
+    assert len(_group(pgid)) >= 2, _group(pgid)       # the worker and its runner (and the confinement's stage)
+    held = _free_after()
     evaluator.close()
+    deadline = time.monotonic() + 30
+    while _group(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group(pgid), "the started worker outlived its evaluator"
+    freed = _free_after() - held
+    control = subprocess.Popen([sys.executable, "-c", "import torch, sys; torch.zeros(1, device='cuda'); "
+                                "print('up', flush=True); sys.stdin.read()"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert control.stdout.readline().strip() == "up"
+    with_context = _free_after()
+    control.communicate("", timeout=60)
+    context_bytes = _free_after() - with_context
+    assert context_bytes > 100 << 20, f"control: a CUDA context should hold >100 MiB, freed {context_bytes >> 20} MiB"
+    assert freed < 32 << 20, f"ending the started worker freed {freed >> 20} MiB of device memory"
 
 
 def test_a_candidate_that_corrupts_its_context_leaves_the_next_one_untouched(cuda_config: EvalConfig) -> None:

@@ -68,6 +68,26 @@ def test_the_next_job_runs_in_the_worker_started_for_it_and_nothing_is_left(when
     assert evaluator.standby.held is None and not nxt.scratch.exists() and _gone(nxt.proc.pid, 1)
 
 
+@pytest.mark.parametrize("when", ["after_job", "beside_job"])
+def test_several_started_workers_serve_the_next_jobs_oldest_first(when: str, cpu_config: EvalConfig) -> None:
+    """With `prestart_workers: 2` two workers wait; each job takes the oldest and one more starts, so
+    two are held again; the evaluator's end ends both."""
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.sandbox.prestart = when
+    cfg.sandbox.prestart_workers = 2
+    evaluator, _ = _evaluator_with_a_started_worker(cfg)
+    first, second = evaluator.standby.workers
+    assert first.wait_ready(60) and second.wait_ready(60)
+    m = evaluator.evaluate(get_task(TASK), _honest())
+    assert m.correct and m.extra["workers"] == ["standby"], m.extra.get("workers")
+    assert _gone(first.proc.pid, 5) and not first.scratch.exists()      # the oldest served the job
+    held = evaluator.standby.workers
+    assert len(held) == 2 and held[0] is second and held[1] not in (first, second)
+    evaluator.close()
+    assert not evaluator.standby.workers
+    assert all(_gone(w.proc.pid, 5) and not w.scratch.exists() for w in held)
+
+
 def test_a_started_worker_that_died_is_replaced_by_a_fresh_one(cpu_config: EvalConfig) -> None:
     evaluator, worker = _evaluator_with_a_started_worker(cpu_config)
     os.killpg(worker.proc.pid, signal.SIGKILL)
