@@ -69,7 +69,7 @@ class Evaluator:
         self._dispatch_tools = False
 
     def close(self) -> None:
-        """Ends the worker started for a next job that will not come (also done when the evaluator
+        """Ends the workers started for next jobs that will not come (also done when the evaluator
         is garbage-collected or the process exits)."""
         self.standby.close()
 

@@ -24,8 +24,8 @@ same sandbox, which loads it behind the audit hook and the seccomp filter.  Betw
 from __future__ import annotations
 
 import ctypes
-import math
 import importlib
+import math
 import os
 import random
 import secrets
