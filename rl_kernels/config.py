@@ -113,6 +113,12 @@ class SandboxConfig(_Strict):
         "discards it and starts a fresh one; lower gives up sooner on a slow start (which a fresh "
         "worker repeats), higher waits longer on a hung one"))
 
+    @field_validator("prestart", mode="before")
+    @classmethod
+    def _off_read_as_false(cls, value: Any) -> Any:
+        """YAML reads a bare `off` (in a file or a `key=value` override) as false."""
+        return "off" if value is False else value
+
 
 class CorrectnessConfig(_Strict):
     num_input_sets: int = Field(5, ge=5)

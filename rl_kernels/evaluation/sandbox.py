@@ -214,6 +214,14 @@ def worker_command(cmd: list[str], scratch: Path, readable: list[str], cfg: Sand
     return confine.confined_argv(cmd, conf)
 
 
+# How a worker starts: its working directory is its scratch dir, which the candidate can write, and
+# `python -m` would put that first on sys.path, ahead of the standard library; a module planted
+# there under the name of one the judge imports later would run in the judge.  So the worker's
+# module is run from `-c`, with the working directory taken off sys.path before anything is imported.
+WORKER_BOOT = ("import os, sys; sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]; "
+               "import runpy; runpy.run_module('rl_kernels.evaluation.worker', run_name='__main__', alter_sys=True)")
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """What a worker process is started with before its job is known; a started worker serves a
@@ -251,7 +259,7 @@ class StartedWorker:
         self._paused_at: float | None = None
         self._pause_lock = threading.Lock()
         self.reader = threading.Thread(target=self.progress.read, args=(read_fd,), daemon=True)
-        cmd = [sys.executable, "-m", "rl_kernels.evaluation.worker", str(self.job_path), str(write_fd), str(go_read),
+        cmd = [sys.executable, "-c", WORKER_BOOT, str(self.job_path), str(write_fd), str(go_read),
                *(["--split"] if spec.cfg.boundary == "split" else []), *(["--warm-compile"] if spec.warm_compile else []),
                *(["--dispatch-tools"] if spec.dispatch_tools else [])]
         writable = [str(spec.compile_dir)] if spec.compile_dir else []

@@ -1,5 +1,6 @@
 """The evaluation subprocess:
-`python -m rl_kernels.evaluation.worker JOB.json RESULT_FD GO_FD [--split] [--warm-compile] [--dispatch-tools]`.
+`python -c sandbox.WORKER_BOOT JOB.json RESULT_FD GO_FD [--split] [--warm-compile] [--dispatch-tools]`
+(this module, run with its working directory off sys.path).
 
 One fresh process per evaluation (DESIGN.md protocol step 1).  It may be started before its job
 exists (`sandbox.StartedWorker`): it imports what every job needs, forks the runner (`--split`),

@@ -20,8 +20,11 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def cpu_config(cache_dir: Path) -> EvalConfig:
+    # No worker started ahead: each test builds its own evaluators, and a worker started for a next
+    # job that never comes is a process importing torch for nothing on the 2-core machine; the
+    # tests of started workers (test_standby_cpu.py) and the Ray pipeline's use local.yaml's.
     cfg = load_config(REPO / "configs" / "local.yaml", [f"eval.build.cache_dir={cache_dir}",
-                                                         "eval.sandbox.timeout_s=120"])
+                                                         "eval.sandbox.timeout_s=120", "eval.sandbox.prestart=off"])
     return cfg.eval
 
 

@@ -33,6 +33,7 @@ def test_failure_costs_only_itself(name: str, reason: str, detail: str, cpu_conf
     cfg.sandbox.timeout_s = 25
     cfg.sandbox.hang_floor_s = 3
     cfg.sandbox.memory_limit_mb = 6144
+    cfg.sandbox.prestart = "after_job"
     evaluator = Evaluator(cfg)
     task = get_task(TASK)
     bad = evaluator.evaluate(task, (CANDIDATES / "sandbox" / name).read_text())
@@ -43,7 +44,7 @@ def test_failure_costs_only_itself(name: str, reason: str, detail: str, cpu_conf
     assert bad.reward == cfg.reward.fail_reward
     good = evaluator.evaluate(task, _honest())
     assert good.correct and good.rejected is None, good.detail[-1500:]
-    if reason != "compile_error":   # the bad one ran: the good one's worker was started beside it, untouched by it
+    if reason != "compile_error":   # the bad one ran: the good one's worker, started when it ended, is untouched by it
         assert good.extra["workers"][0] == "standby"
 
 

@@ -28,6 +28,14 @@ def _honest() -> str:
     return (CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp").read_text()
 
 
+@pytest.fixture
+def cpu_config(cpu_config: EvalConfig) -> EvalConfig:
+    """The shared cpu config with workers started after each job (the suite's own starts none)."""
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.sandbox.prestart = "after_job"
+    return cfg
+
+
 def _gone(pid: int, within_s: float) -> bool:
     """The process has exited (a zombie counts as exited) within `within_s`."""
     deadline = time.monotonic() + within_s
@@ -68,12 +76,12 @@ def test_the_next_job_runs_in_the_worker_started_for_it_and_nothing_is_left(when
     assert evaluator.standby.held is None and not nxt.scratch.exists() and _gone(nxt.proc.pid, 1)
 
 
-@pytest.mark.parametrize("when", ["after_job", "beside_job"])
-def test_several_started_workers_serve_the_next_jobs_oldest_first(when: str, cpu_config: EvalConfig) -> None:
-    """With `prestart_workers: 2` two workers wait; each job takes the oldest and one more starts, so
-    two are held again; the evaluator's end ends both."""
+def test_several_started_workers_serve_the_next_jobs_oldest_first(cpu_config: EvalConfig) -> None:
+    """With `prestart_workers: 2` two workers wait (started beside the job, so both are stopped during
+    its timed phases); each job takes the oldest and one more starts, so two are held again; the
+    evaluator's end ends both."""
     cfg = cpu_config.model_copy(deep=True)
-    cfg.sandbox.prestart = when
+    cfg.sandbox.prestart = "beside_job"
     cfg.sandbox.prestart_workers = 2
     evaluator, _ = _evaluator_with_a_started_worker(cfg)
     first, second = evaluator.standby.workers

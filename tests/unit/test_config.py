@@ -31,6 +31,16 @@ def test_bad_values_name_the_key(override: str, names: str) -> None:
         load_config(None, [override])
 
 
+def test_prestart_off_reads_as_off_in_a_file_and_an_override(tmp_path: Path) -> None:
+    """YAML 1.1 reads a bare `off` as false; the field takes it as the mode it names."""
+    path = tmp_path / "off.yaml"
+    path.write_text("eval:\n  sandbox:\n    prestart: off\n")
+    assert load_config(path).eval.sandbox.prestart == "off"
+    assert load_config(None, ["eval.sandbox.prestart=off"]).eval.sandbox.prestart == "off"
+    with pytest.raises(ConfigError, match=r"eval\.sandbox\.prestart"):
+        load_config(None, ["eval.sandbox.prestart=on"])
+
+
 def test_malformed_override_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="section.key=value"):
         load_config(None, ["eval.backend"])
