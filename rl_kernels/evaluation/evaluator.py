@@ -28,6 +28,7 @@ from rl_kernels.evaluation.compile_cache import KeptCompile
 from rl_kernels.evaluation.build import build_candidate, runnable_arch
 from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
 from rl_kernels.evaluation.guards import static_check
+from rl_kernels.evaluation.launches import dispatch_audit_wanted, launch_evidence_wanted
 from rl_kernels.evaluation.reasons import CLOCK_GAP, Reason
 from rl_kernels.evaluation.reward import measurement_reward, noise_floor
 from rl_kernels.evaluation.roofline import min_time_ms
@@ -109,12 +110,11 @@ class Evaluator:
         return res, host_wait_s
 
     def _uses_dispatch_tools(self, job: dict[str, Any]) -> bool:
-        """Whether the job records the candidate's ATen ops (module tasks) or its kernel launches
-        (cuda, `launches.enabled`): both where torch may not do the work."""
+        """Whether the job records the candidate's ATen ops or its kernel launches."""
         task = job["task"]
-        if job["job"] != "evaluate" or task["allow_torch_ops"] or self.cfg.allow_torch_rewrites:
-            return False
-        return task["kind"] == "module" or (self.cfg.backend == "cuda" and self.cfg.launches.enabled)
+        return job["job"] == "evaluate" and (
+            dispatch_audit_wanted(task["kind"], task["allow_torch_ops"], self.cfg)
+            or launch_evidence_wanted(task["allow_torch_ops"], self.cfg, self.cfg.backend))
 
     # ---- baselines -----------------------------------------------------------------------------
     def baseline_names(self, task: Task) -> list[str]:

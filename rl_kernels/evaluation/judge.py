@@ -47,9 +47,9 @@ from rl_kernels.evaluation.reasons import CLOCK_GAP, Reason, Rejected
 from rl_kernels.evaluation.sandbox import killed_by
 from rl_kernels.evaluation.shared import SharedSets, replicate, share
 from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, median, sm_clock_mhz
-from rl_kernels.evaluation.launches import Launch, judge_launches
+from rl_kernels.evaluation.launches import Launch, dispatch_audit_wanted, judge_launches, launch_evidence_wanted
 from rl_kernels.evaluation.worker import (cache_bytes, check_correctness_call, check_fresh_values, check_repeatable,
-                                          launch_evidence_wanted, own_kernels, pool_size, recheck_call,
+                                          own_kernels, pool_size, recheck_call,
                                           refuse_torch_compute, sync, task_from_json)
 
 _PR_SET_DUMPABLE = 4
@@ -406,9 +406,10 @@ def run_split(job: dict[str, Any], problem: Any, cfg: EvalConfig, device: str, s
     runner.ask({"op": "load", "init_seed": seed})
     report.phase("correctness")
     result: dict[str, Any] = dict(ev.correctness())
-    if problem.kind == "module" and not (problem.task.allow_torch_ops or cfg.allow_torch_rewrites):
+    allow_torch_ops = task_from_json(job["task"]).allow_torch_ops
+    if dispatch_audit_wanted(problem.kind, allow_torch_ops, cfg):
         ev.audit_torch_ops()
-    if launch_evidence_wanted(task_from_json(job["task"]), cfg, device):
+    if launch_evidence_wanted(allow_torch_ops, cfg, device):
         report.phase("launches")
         result["launches"] = ev.launches(own_kernels(job))
     report.phase("timing")

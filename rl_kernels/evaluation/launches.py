@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.reasons import Reason, Rejected
 
 # nvcc defines one host launch stub per kernel the translation unit defines or instantiates, named
@@ -71,6 +72,17 @@ def own_kernel_keys(mangled: list[str], demangle: Callable[[str], str]) -> froze
     """The names under which the profiler may report the candidate's kernels: mangled and demangled
     (with the runtime's own demangler, the one the profiler uses), whitespace removed."""
     return frozenset(_key(n) for m in mangled for n in (m, demangle(m)))
+
+
+def launch_evidence_wanted(allow_torch_ops: bool, cfg: EvalConfig, device: str) -> bool:
+    """Whether the profiled call runs: cuda only, and not where the task lets torch do the work."""
+    return device == "cuda" and cfg.launches.enabled and not (allow_torch_ops or cfg.allow_torch_rewrites)
+
+
+def dispatch_audit_wanted(kind: str, allow_torch_ops: bool, cfg: EvalConfig) -> bool:
+    """Whether a module candidate's call is audited for ATen compute under a dispatch mode (the other
+    run-time check that torch did not do the work), likewise not where the task lets it."""
+    return kind == "module" and not (allow_torch_ops or cfg.allow_torch_rewrites)
 
 
 def record_launches(call: Callable[[], Any], sync: Callable[[], None]) -> list[Launch]:

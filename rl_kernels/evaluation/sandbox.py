@@ -399,20 +399,22 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+def group_members(pgid: int) -> set[int]:
+    """The pids of the processes in process group `pgid` (a zombie counts until it is reaped)."""
+    pids = set()
+    for pid_dir in Path("/proc").iterdir():
+        try:
+            if pid_dir.name.isdigit() and os.getpgid(int(pid_dir.name)) == pgid:
+                pids.add(int(pid_dir.name))
+        except OSError:
+            continue
+    return pids
+
+
 def _kill_group(pgid: int) -> bool:
     """Kill everything left in the job's process group; True if anything besides the leader was alive."""
-    leftover = False
-    try:
-        for pid_dir in Path("/proc").iterdir():
-            if pid_dir.name.isdigit() and int(pid_dir.name) != pgid:
-                try:
-                    if os.getpgid(int(pid_dir.name)) == pgid:
-                        leftover = True
-                except ProcessLookupError:
-                    continue
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    leftover = bool(group_members(pgid) - {pgid})
+    _signal_group(pgid, signal.SIGKILL)
     return leftover
 
 

@@ -35,7 +35,8 @@ from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation import compile_cache, confine, sandbox_policy
 from rl_kernels.evaluation.correctness import Comparison, check_structure, compare_values, snapshot, unchanged
 from rl_kernels.evaluation.inputs import DISTRIBUTIONS
-from rl_kernels.evaluation.launches import judge_launches, own_kernel_keys, record_launches
+from rl_kernels.evaluation.launches import (dispatch_audit_wanted, judge_launches, launch_evidence_wanted,
+                                            own_kernel_keys, record_launches)
 from rl_kernels.evaluation.problems import HgemmProblem, InputSet, ModuleProblem
 from rl_kernels.evaluation.reasons import Reason, Rejected
 from rl_kernels.evaluation.sandbox import READY_LINE
@@ -268,11 +269,6 @@ def audit_torch_ops(problem: Any, cfg: EvalConfig, device: str, seed: int) -> No
     refuse_torch_compute(ops, cfg)
 
 
-def launch_evidence_wanted(task: Task, cfg: EvalConfig, device: str) -> bool:
-    """Whether the profiled call runs: cuda only, and not where the task lets torch do the work."""
-    return device == "cuda" and cfg.launches.enabled and not (task.allow_torch_ops or cfg.allow_torch_rewrites)
-
-
 def own_kernels(job: dict[str, Any]) -> frozenset[str]:
     """The names the candidate's build registered, as the profiler may report them; read before any
     candidate code is loaded (the demangler is torch's)."""
@@ -449,9 +445,9 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
     load_candidate(problem, job, target)
     report.phase("correctness")
     result.update(correctness(problem, cfg, device, seed, report.beat))
-    if problem.kind == "module" and not (task.allow_torch_ops or cfg.allow_torch_rewrites):
+    if dispatch_audit_wanted(problem.kind, task.allow_torch_ops, cfg):
         audit_torch_ops(problem, cfg, device, seed)
-    if launch_evidence_wanted(task, cfg, device):
+    if launch_evidence_wanted(task.allow_torch_ops, cfg, device):
         report.phase("launches")
         s = problem.make_set("normal", seed + 3500)
         report.beat()
@@ -486,8 +482,10 @@ def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile:
     importlib.import_module("rl_kernels.evaluation.runner")
     tools = ("torch._dynamo",) if dispatch_tools else ()
     runner = RunnerProcess(scratch, close_in_child=close_in_child, preload=tools) if split else None
-    mine = ("torch._dynamo", "torch._inductor.compile_fx") if warm_compile else ()
-    for name in mine if split else mine + tools:
+    here = ("torch._dynamo", "torch._inductor.compile_fx") if warm_compile else ()
+    if runner is None:
+        here += tools       # under `shared` this process records the ops and the launches itself
+    for name in here:
         importlib.import_module(name)
     return runner
 

@@ -16,6 +16,7 @@ import yaml
 from rl_kernels.config import EvalConfig, load_config
 from rl_kernels.evaluation.build import build_many
 from rl_kernels.evaluation.evaluator import Evaluator
+from rl_kernels.evaluation.sandbox import group_members
 from rl_kernels.tasks import get_task
 
 pytestmark = pytest.mark.gpu
@@ -171,17 +172,6 @@ def test_a_kernel_with_a_cuda_guard_builds_against_torch(cuda_config: EvalConfig
     assert m.correct and m.extra["build_path"] == "torch"
 
 
-def _group(pgid: int) -> set[int]:
-    pids = set()
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and os.getpgid(int(proc.name)) == pgid:
-                pids.add(int(proc.name))
-        except OSError:
-            continue
-    return pids
-
-
 def _free_after(settle_s: float = 1.0) -> int:
     time.sleep(settle_s)
     return torch.cuda.mem_get_info()[0]
@@ -199,13 +189,13 @@ def test_a_started_worker_holds_no_cuda_context_before_its_job(cuda_config: Eval
     worker = evaluator.standby.held
     assert worker is not None and worker.wait_ready(120)
     pgid = worker.proc.pid
-    assert len(_group(pgid)) >= 2, _group(pgid)       # the worker and its runner (and the confinement's stage)
+    assert len(group_members(pgid)) >= 2, group_members(pgid)       # the worker and its runner (and the confinement's stage)
     held = _free_after()
     evaluator.close()
     deadline = time.monotonic() + 30
-    while _group(pgid) and time.monotonic() < deadline:
+    while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _group(pgid), "the started worker outlived its evaluator"
+    assert not group_members(pgid), "the started worker outlived its evaluator"
     freed = _free_after() - held
     control = subprocess.Popen([sys.executable, "-c", "import torch, sys; torch.zeros(1, device='cuda'); "
                                 "print('up', flush=True); sys.stdin.read()"],

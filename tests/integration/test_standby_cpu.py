@@ -16,7 +16,7 @@ import pytest
 
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.evaluator import Evaluator
-from rl_kernels.evaluation.sandbox import StartedWorker, WorkerSpec
+from rl_kernels.evaluation.sandbox import StartedWorker, WorkerSpec, group_members
 from rl_kernels.tasks import get_task
 from rl_kernels.tasks.module import load_module_task
 
@@ -201,11 +201,10 @@ def test_a_started_worker_loads_the_kept_compiled_baseline(cpu_config: EvalConfi
 
 def _group_states(pgid: int) -> set[str]:
     states = set()
-    for proc in Path("/proc").iterdir():
+    for pid in group_members(pgid):
         try:
-            if proc.name.isdigit() and os.getpgid(int(proc.name)) == pgid:
-                states.add((proc / "stat").read_text().rsplit(")", 1)[1].split()[0])
-        except (OSError, ProcessLookupError):
+            states.add(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:
             continue
     return states
 
