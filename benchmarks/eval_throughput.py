@@ -1,10 +1,11 @@
 """Evaluations per minute on one timer, and where an evaluation's time goes, for each way of starting
-the worker (`eval.sandbox.prestart`): `off` (when its job arrives), `after_job` (when the job before
-it ended) and `beside_job` (as the job before it started), in one run.
+the worker: when (`eval.sandbox.prestart`: `off` when its job arrives, `after_job` when the job
+before it ended, `beside_job` as the job before it started) and how (a new process that imports for
+itself, or with a `+fork` suffix forked from the fork server, `eval.sandbox.fork_server`), in one run.
 
     python benchmarks/eval_throughput.py --config configs/local.yaml \\
-        [--tasks hgemm/fp32/256_256_256,builtin/softmax] [--paths off,after_job,beside_job] [--repeats 8] \\
-        [--gap-s 0] [--out X.json] [overrides]
+        [--tasks hgemm/fp32/256_256_256,builtin/softmax] [--paths off,beside_job,off+fork,beside_job+fork] \\
+        [--repeats 8] [--gap-s 0] [--out X.json] [overrides]
 
 Per task, the task's own seed for the backend is built and its baselines measured first (cached,
 not counted); then per path one evaluator runs one untimed evaluation (so a started worker exists)
@@ -41,7 +42,7 @@ from rl_kernels.evaluation.evaluator import Evaluator  # noqa: E402
 from rl_kernels.tasks import get_task  # noqa: E402
 from rl_kernels.types import Measurement  # noqa: E402
 
-PATHS = ("off", "after_job", "beside_job")
+PATHS = tuple(f"{when}{how}" for how in ("", "+fork") for when in ("off", "after_job", "beside_job"))
 PHASES = ("start", "setup", "baselines", "warm", "load", "correctness", "launches", "timing", "teardown")
 CHECKED_AND_TIMED = ("correctness", "launches", "timing")
 
@@ -52,12 +53,14 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
-def run_path(cfg: EvalConfig, task_id: str, prestart: str, repeats: int,
+def run_path(cfg: EvalConfig, task_id: str, path: str, repeats: int,
              gap_s: float) -> list[tuple[float, Measurement]]:
     """`repeats` evaluations of the task's seed by one evaluator, each with its wall seconds."""
     task = get_task(task_id)
     source = task.seeds[cfg.backend]
-    path_cfg = cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(update={"prestart": prestart})})
+    prestart, _, fork = path.partition("+")
+    path_cfg = cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(
+        update={"prestart": prestart, "fork_server": bool(fork)})})
     evaluator = Evaluator(path_cfg)
     build = evaluator.build(task, source)
     evaluator.best_baseline(task)
@@ -69,7 +72,7 @@ def run_path(cfg: EvalConfig, task_id: str, prestart: str, repeats: int,
         m = evaluator.evaluate(task, source, build)
         runs.append((time.monotonic() - t0, m))
         phases = " ".join(f"{p} {v:.2f}" for p, v in m.extra.get("phase_s", {}).items())
-        print(f"{task_id} {prestart} {i + 1}/{repeats}: {runs[-1][0]:.2f} s, {m.rejected or 'correct'}, "
+        print(f"{task_id} {path} {i + 1}/{repeats}: {runs[-1][0]:.2f} s, {m.rejected or 'correct'}, "
               f"workers {m.extra.get('workers')}, started {m.extra.get('prestart_s', '-')} s before; {phases}",
               flush=True)
     evaluator.close()
@@ -138,9 +141,9 @@ def main() -> int:
           f"gap {args.gap_s} s", flush=True)
     results = []
     for task_id in tasks:
-        for prestart in paths:
-            results.append({"task": task_id, "path": prestart,
-                            **summarise(run_path(cfg, task_id, prestart, args.repeats, args.gap_s))})
+        for path in paths:
+            results.append({"task": task_id, "path": path,
+                            **summarise(run_path(cfg, task_id, path, args.repeats, args.gap_s))})
             print(row(results[-1]), flush=True)    # a run cut short keeps every finished path
             if args.out:
                 Path(args.out).parent.mkdir(parents=True, exist_ok=True)

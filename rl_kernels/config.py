@@ -108,6 +108,11 @@ class SandboxConfig(_Strict):
         "How many workers are kept started ahead (with prestart on); each job takes the oldest. More "
         "than one hides a start-up longer than a job (H200 host: ~12 s with torch.compile's imports "
         "against ~6 s jobs) at the cost of a process (~1 GB of host memory) each and CPU beside the job"))
+    fork_server: bool = Field(True, description=(
+        "Workers are forked from a server process that imported Python, torch and the evaluator once "
+        "(milliseconds a worker; each is isolated and confined after the fork as a new process would "
+        "be) instead of each starting as a new process that imports for itself (12-14 s of a core on "
+        "the H200 host); the server holds ~0.5-1 GB of host memory for the evaluator's life"))
     prestart_ready_s: float = Field(60.0, gt=0, description=(
         "Seconds a job waits for a started worker that has not finished its imports before it "
         "discards it and starts a fresh one; lower gives up sooner on a slow start (which a fresh "

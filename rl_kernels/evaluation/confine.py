@@ -260,19 +260,58 @@ def _limits(conf: Confinement) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+def _confine(conf: Confinement) -> None:
+    """The mounts, the capability bounding set and the limits, in the namespaces' first process."""
+    cwd = os.getcwd()
+    _mount_layout(conf)
+    os.chdir(cwd)   # the same path, now resolved through the new mounts (else: the hidden original)
+    _drop_capabilities()
+    _limits(conf)
+
+
 def stage(spec: str, cmd: list[str]) -> None:
     """Runs inside the fresh namespaces as their pid 1: confine, then become `cmd`."""
-    conf = Confinement(**json.loads(spec))
-    cwd = os.getcwd()
     try:
-        _mount_layout(conf)
-        os.chdir(cwd)   # the same path, now resolved through the new mounts (else: the hidden original)
-        _drop_capabilities()
-        _limits(conf)
+        _confine(Confinement(**json.loads(spec)))
     except (ConfinementError, OSError) as exc:
         sys.stderr.write(f"rl_kernels sandbox: {exc}\n")
         os._exit(STAGE_FAILED)
     os.execvp(cmd[0], cmd)
+
+
+# ----------------------------------------------------------------------------------------------
+# the same confinement for a process forked from a trusted one (`forkserver`): no `unshare`, no exec
+
+_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+_MS_NOEXEC, _MS_PRIVATE = 0x8, 0x40000
+_CAPSET_NR = {"x86_64": 126, "aarch64": 91}
+_CAP_VERSION_3 = 0x20080522
+
+
+def enter_namespaces() -> None:
+    """What `unshare_prefix` does for a new process, done by a single-threaded process to itself:
+    new user (mapped to the caller's uid and gid), mount (everything private), network, IPC and UTS
+    namespaces, and a new PID namespace whose pid 1 is the next child this process forks."""
+    uid, gid = os.getuid(), os.getgid()
+    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS
+    _check(_LIBC.unshare(flags), "unshare (user, pid, mount, network, ipc, uts namespaces)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)
+
+
+def confine_forked(conf: Confinement) -> None:
+    """In pid 1 of the namespaces `enter_namespaces` made (the child forked after it): the PID
+    namespace's own /proc, then the stage's confinement; and since no exec follows that would drop
+    them, the process's own capabilities are cleared here (effective, permitted, inheritable)."""
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+    _confine(conf)
+    header = struct.pack("=Ii", _CAP_VERSION_3, 0)
+    data = bytes(24)   # two struct __user_cap_data_struct, all zero
+    _check(_syscall(_CAPSET_NR[platform.machine()], ctypes.c_char_p(header), ctypes.c_char_p(data)),
+           "capset (clear capabilities)")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -64,14 +64,15 @@ class Evaluator:
         self._cublas_library: str | None = None
         if cfg.sandbox.isolation == "namespaces":
             confine.probe()   # fail at start-up, naming the missing layer, not on every candidate
-        self.standby = Standby(cfg.sandbox.prestart != "off", cfg.sandbox.prestart_ready_s, cfg.sandbox.prestart_workers)
+        self.standby = Standby(cfg.sandbox.prestart != "off", cfg.sandbox.prestart_ready_s, cfg.sandbox.prestart_workers,
+                               cfg.sandbox.fork_server)
         # Whether workers import the audit's and the profiler's tools ahead: from the first job that
         # uses them on (a worker started for the next job cannot know which task it will get).
         self._dispatch_tools = False
 
     def close(self) -> None:
-        """Ends the workers started for next jobs that will not come (also done when the evaluator
-        is garbage-collected or the process exits)."""
+        """Ends the workers started for next jobs that will not come and the fork servers (also done
+        when the evaluator is garbage-collected or the process exits)."""
         self.standby.close()
 
     @contextlib.contextmanager
@@ -102,7 +103,8 @@ class Evaluator:
             self.standby.refill(spec)
         with self._holding_device() as host_wait_s:
             res = sandbox.run_job(job, artifact, artifact_name, spec, kept, worker,
-                                  beside=self.standby.workers if beside else ())
+                                  beside=self.standby.workers if beside else (),
+                                  server=self.standby.server(spec) if worker is None else None)
         if not beside:
             self.standby.refill(spec)     # after_job: outside the locks, once nothing of this job runs
         if worker is None and why != "none":
@@ -315,6 +317,7 @@ class Evaluator:
         res, host_wait_s = self._run_job(job, build.artifact, build.artifact_name, self._kept_compile(task, [baseline]))
         m.extra["phase_s"] = res.phase_s
         m.extra.setdefault("workers", []).append(res.worker)   # one per measurement (re-measurements too)
+        m.extra["forked"] = res.forked
         if res.prestart_s is not None:
             m.extra["prestart_s"] = res.prestart_s
         if self.host is not None:

@@ -26,12 +26,13 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rl_kernels.config import SandboxConfig
 from rl_kernels.evaluation import compile_cache, confine
+from rl_kernels.evaluation.forkserver import ForkedProcess, ForkServer
 from rl_kernels.evaluation.reasons import Reason
 
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
@@ -52,6 +53,7 @@ class SandboxResult:
     phase_s: dict[str, float] = field(default_factory=dict)   # seconds spent in each phase from `go`; "start" until the first phase line
     worker: str = "fresh"                  # "standby" (started before the job) or "fresh" (started for it)
     prestart_s: float | None = None        # a standby's start until ready (spawn and imports), paid before the job
+    forked: bool = False                   # the worker was forked from a fork server (else started as a new process)
 
     def failure(self) -> tuple[Reason, str] | None:
         """The reason this run produced no usable verdict, if it did not."""
@@ -85,7 +87,9 @@ def killed_by(sig: int, who: str) -> tuple[Reason, str]:
 _PR_SET_PDEATHSIG = 1
 
 
-def _limits(memory_mb: int, backend: str) -> Any:
+def limits(memory_mb: int, backend: str) -> Callable[[], None]:
+    """What a worker process sets on itself before anything else (a new one in `preexec_fn`, a
+    forked one right after the fork)."""
     def apply() -> None:
         # Die with the parent: a killed timer must not leave a hung candidate spinning on the device.
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -202,16 +206,20 @@ def _wait(proc: subprocess.Popen, progress: _Progress, timeout_s: float, watchdo
             return "hung"
 
 
+def confinement(scratch: Path, readable: Sequence[str], hidden: Sequence[str] = (),
+                writable: Sequence[str] = ()) -> confine.Confinement:
+    """What a confined step may see: the scratch dir and `writable` its only writable places;
+    `hidden` are places beyond the fixed secret ones that it must not see, e.g. the build cache."""
+    return confine.Confinement(readable=[*confine.python_paths(), *readable],
+                               writable=[str(scratch), *writable], hide=confine.hidden_places(list(hidden)))
+
+
 def worker_command(cmd: list[str], scratch: Path, readable: list[str], cfg: SandboxConfig,
                    hidden: list[str] = (), writable: list[str] = ()) -> list[str]:
-    """`cmd` as it runs under the configured isolation (the scratch dir and `writable` its only
-    writable places; `hidden` are places beyond the fixed secret ones that it must not see, e.g. the
-    build cache)."""
+    """`cmd` as it runs under the configured isolation (see `confinement`)."""
     if cfg.isolation == "process":
         return cmd
-    conf = confine.Confinement(readable=[*confine.python_paths(), *readable],
-                               writable=[str(scratch), *writable], hide=confine.hidden_places(list(hidden)))
-    return confine.confined_argv(cmd, conf)
+    return confine.confined_argv(cmd, confinement(scratch, readable, hidden, writable))
 
 
 # How a worker starts: its working directory is its scratch dir, which the candidate can write, and
@@ -236,17 +244,35 @@ class WorkerSpec:
     warm_compile: bool = False            # import torch.compile's modules before the job
     dispatch_tools: bool = False          # import what the ATen-op audit and the profiler need before the job
 
+    @property
+    def flags(self) -> list[str]:
+        """The worker's command-line flags (also what a fork server imports for it)."""
+        return [*(["--split"] if self.cfg.boundary == "split" else []), *(["--warm-compile"] if self.warm_compile else []),
+                *(["--dispatch-tools"] if self.dispatch_tools else [])]
+
+    @property
+    def server_key(self) -> tuple[Any, ...]:
+        """What a fork server's workers share, fixed when the server starts: its imports, and the
+        environment read as libraries load (OpenMP's threads, glibc's malloc settings)."""
+        return (self.threads, self.cfg.keep_freed_memory, tuple(self.flags))
+
+    def environment(self, scratch: Path) -> dict[str, str]:
+        """The whole environment of a worker in `scratch`."""
+        return environment(scratch, self.threads, self.compile_dir, keep_freed_memory=self.cfg.keep_freed_memory)
+
 
 class StartedWorker:
     """A worker process in its own scratch dir, started and importing (then waiting) before its job.
 
+    Started as a new process (`python -c WORKER_BOOT` under the configured isolation), or forked
+    from `server` (`forkserver.ForkServer`, same isolation, set up after the fork).
     It holds nothing of any job until `run_job` writes the job's files and sends `go`; `discard`
     ends it unused.  Closing the go pipe (also by this process dying) makes it exit by itself.
     Started beside a running job, it is stopped (SIGSTOP) while that job times calls, if it is
     still importing then, and continued when that job ends (`pause`, `resume`).
     """
 
-    def __init__(self, spec: WorkerSpec) -> None:
+    def __init__(self, spec: WorkerSpec, server: ForkServer | None = None) -> None:
         self.spec = spec
         self.scratch = Path(tempfile.mkdtemp(prefix="rlk-eval-", dir=spec.cfg.scratch_root)).resolve()
         if spec.compile_dir is not None:
@@ -259,19 +285,25 @@ class StartedWorker:
         self._paused_at: float | None = None
         self._pause_lock = threading.Lock()
         self.reader = threading.Thread(target=self.progress.read, args=(read_fd,), daemon=True)
-        cmd = [sys.executable, "-c", WORKER_BOOT, str(self.job_path), str(write_fd), str(go_read),
-               *(["--split"] if spec.cfg.boundary == "split" else []), *(["--warm-compile"] if spec.warm_compile else []),
-               *(["--dispatch-tools"] if spec.dispatch_tools else [])]
+        self.forked = server is not None
         writable = [str(spec.compile_dir)] if spec.compile_dir else []
         try:
             with open(self.scratch / "stderr.txt", "wb") as err:
-                self.proc = subprocess.Popen(
-                    worker_command(cmd, self.scratch, list(spec.readable), spec.cfg, list(spec.hidden), writable),
-                    cwd=self.scratch, env=environment(self.scratch, spec.threads, spec.compile_dir,
-                                                      keep_freed_memory=spec.cfg.keep_freed_memory),
-                    stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=(write_fd, go_read),
-                    start_new_session=True, preexec_fn=_limits(spec.cfg.memory_limit_mb, spec.backend),
-                )
+                if server is not None:
+                    conf = (None if spec.cfg.isolation == "process" else
+                            asdict(confinement(self.scratch, spec.readable, spec.hidden, writable)))
+                    self.proc: subprocess.Popen | ForkedProcess = server.fork(
+                        {"scratch": str(self.scratch), "env": spec.environment(self.scratch),
+                         "job_path": str(self.job_path), "flags": spec.flags, "backend": spec.backend,
+                         "memory_limit_mb": spec.cfg.memory_limit_mb, "confinement": conf}, write_fd, go_read)
+                else:
+                    cmd = [sys.executable, "-c", WORKER_BOOT, str(self.job_path), str(write_fd), str(go_read), *spec.flags]
+                    self.proc = subprocess.Popen(
+                        worker_command(cmd, self.scratch, list(spec.readable), spec.cfg, list(spec.hidden), writable),
+                        cwd=self.scratch, env=spec.environment(self.scratch),
+                        stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=(write_fd, go_read),
+                        start_new_session=True, preexec_fn=limits(spec.cfg.memory_limit_mb, spec.backend),
+                    )
         except BaseException:
             for fd in (read_fd, self._go):
                 os.close(fd)
@@ -341,14 +373,15 @@ def _pause_all(workers: Sequence[StartedWorker]) -> None:
 
 def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spec: WorkerSpec,
             kept: compile_cache.KeptCompile | None = None, worker: StartedWorker | None = None,
-            beside: Sequence[StartedWorker] = ()) -> SandboxResult:
-    """Runs `job` in `worker` (started for `spec` before the job) or in one started now; `kept` are
+            beside: Sequence[StartedWorker] = (), server: ForkServer | None = None) -> SandboxResult:
+    """Runs `job` in `worker` (started for `spec` before the job) or in one started now (forked from
+    `server` when there is one); `kept` are
     the task's kept compile caches (seeded into `spec.compile_dir`, and given what the worker listed
     there before candidate code ran); `beside` are the next jobs' workers, starting while this job
     runs: each is stopped from this job's first timed phase until this job ends, if still importing."""
     assert kept is None or kept.workdir == spec.compile_dir, "the kept caches' work dir is the spec's"
     standby = worker is not None
-    worker = worker or StartedWorker(spec)
+    worker = worker or StartedWorker(spec, server)
     cfg = spec.cfg
     scratch = worker.scratch
     try:
@@ -380,7 +413,8 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
         prestart = round(progress.ready_at - worker.started_at, 3) if standby and progress.ready_at else None
         return SandboxResult(payload, proc.returncode, timed_out, phase, seconds, tail,
                              leftover and not timed_out, job.get("watchdog_s") if stopped == "hung" else None,
-                             progress.phase_seconds(t0 + seconds), "standby" if standby else "fresh", prestart)
+                             progress.phase_seconds(t0 + seconds), "standby" if standby else "fresh", prestart,
+                             worker.forked)
     finally:
         if beside:
             worker.progress.on_phase = None

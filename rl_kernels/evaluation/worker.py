@@ -467,6 +467,14 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
     return result
 
 
+def imports_ahead(warm_compile: bool, dispatch_tools: bool) -> tuple[str, ...]:
+    """Every module `prepare` imports in one process or the other: what a fork server imports once
+    for all the workers it forks."""
+    return ("rl_kernels.evaluation.judge", "rl_kernels.evaluation.runner",
+            *(("torch._dynamo",) if warm_compile or dispatch_tools else ()),
+            *(("torch._inductor.compile_fx",) if warm_compile else ()))
+
+
 def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile: bool,
             dispatch_tools: bool) -> Any:
     """What every job needs, done before the job arrives; returns the runner (None unless `split`).
@@ -499,9 +507,9 @@ def wait_for_go(go_fd: int) -> bool:
         os.close(go_fd)
 
 
-def main() -> int:
-    job_path, fd, go_fd = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    flags = sys.argv[4:]
+def serve(job_path: Path, fd: int, go_fd: int, flags: list[str]) -> None:
+    """The whole life of a worker, whether it was started as a new process (`main`) or forked
+    from a fork server (`forkserver`): prepare, say ready, wait for `go`, run the job, exit."""
     report = Reporter(fd)
     scratch = job_path.parent.resolve()
     runner = prepare(scratch, [report.out.fileno(), go_fd], "--split" in flags, "--warm-compile" in flags,
@@ -525,6 +533,10 @@ def main() -> int:
         report.final({"ok": False, "reason": reason.value, "detail": detail})
     # Skip interpreter teardown: a corrupted CUDA context or candidate atexit code must not matter now.
     os._exit(0)
+
+
+def main() -> None:
+    serve(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])
 
 
 if __name__ == "__main__":
