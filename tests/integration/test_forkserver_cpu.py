@@ -85,9 +85,10 @@ def test_a_forked_worker_is_isolated_from_the_server_and_from_the_other_workers(
         for started, pid in ((a, wa), (b, wb)):
             assert os.getpgid(pid) == started.proc.pid != os.getpgid(server.proc.pid)   # its own session
             # /proc shows the environment the server was started with (a fork's own is os.environ):
-            # the scrubbed one, nothing of the caller's
+            # the scrubbed one and the server's NVML switch, nothing of the caller's
             shown = {v.split(b"=", 1)[0].decode() for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if v}
-            assert shown <= set(spec.environment(started.scratch)), shown - set(spec.environment(started.scratch))
+            allowed = {*spec.environment(started.scratch), "PYTORCH_NVML_BASED_CUDA_CHECK"}
+            assert shown <= allowed, shown - allowed
             assert os.readlink(f"/proc/{pid}/cwd") == str(started.scratch)
             # nothing the worker runs can talk to the server: none of its sockets is the server's
             assert not _sockets(pid) & _sockets(server.proc.pid)
