@@ -112,7 +112,8 @@ class SandboxConfig(_Strict):
         "Workers are forked from a server process that imported Python, torch and the evaluator once "
         "(milliseconds a worker; each is isolated and confined after the fork as a new process would "
         "be) instead of each starting as a new process that imports for itself (12-14 s of a core on "
-        "the H200 host); the server holds ~0.5-1 GB of host memory for the evaluator's life"))
+        "the H200 host); the server holds ~0.5-1 GB of host memory for the evaluator's life. Needs "
+        "isolation: namespaces (under process every worker is a new process)"))
     prestart_ready_s: float = Field(60.0, gt=0, description=(
         "Seconds a job waits for a started worker that has not finished its imports before it "
         "discards it and starts a fresh one; lower gives up sooner on a slow start (which a fresh "

@@ -63,13 +63,17 @@ class Confinement:
     """What one confined step may see and do.
 
     `readable` are bound back read-only after the hidden places are emptied; `writable` are bound
-    back read-write (the step's scratch or build directory); `hide` adds places to empty.
+    back read-write (the step's scratch or build directory); `hide` adds places to empty;
+    `aliases` are (writable place, another path) pairs: the place is bound a second time there (a
+    worker forked from the fork server sees its scratch dir where the server imported, so every
+    path an import remembered, its working dir, $HOME, $TMPDIR, is the worker's own).
     `memory_mb` caps the address space (0: no cap; CUDA processes reserve huge virtual ranges).
     """
 
     readable: list[str] = field(default_factory=list)
     writable: list[str] = field(default_factory=list)
     hide: list[str] = field(default_factory=list)
+    aliases: list[list[str]] = field(default_factory=list)
     memory_mb: int = 0
     file_size_mb: int = 2048
     open_files: int = 4096
@@ -135,7 +139,8 @@ def probe() -> None:
     conf = Confinement(readable=python_paths(), writable=[str(scratch)], hide=[])
     cmd = [sys.executable, "-I", "-S", "-c", "import sys; sys.exit(0)"]
     try:
-        res = subprocess.run(confined_argv(cmd, conf), capture_output=True, text=True, timeout=60)
+        # From the scratch dir it binds back: the caller's working dir may be a hidden place ($HOME, /tmp).
+        res = subprocess.run(confined_argv(cmd, conf), capture_output=True, text=True, timeout=60, cwd=scratch)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ConfinementError(f"cannot start the namespace sandbox: {exc}") from None
     if res.returncode != 0:
@@ -208,11 +213,16 @@ def _mount_layout(conf: Confinement) -> None:
             open(path, "a").close()
         _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
         os.close(fd)
+    for place, alias in conf.aliases:
+        if not _under(place, conf.writable):
+            raise ConfinementError(f"alias {alias}: {place} is not a writable place")
+        os.makedirs(alias, exist_ok=True)
+        _mount(place, alias, None, _MS_BIND | _MS_REC, None)
     devices = _private_dev()
     _set_attr("/", _MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID, 0, recursive=True)
     # The GPU driver opens its nodes for writing and fails to initialise (CUDA error 304) on a
     # read-only /proc; this /proc is the PID namespace's own.  /sys stays read-only.
-    for path in [*conf.writable, *devices, "/proc"]:
+    for path in [*conf.writable, *(alias for _, alias in conf.aliases), *devices, "/proc"]:
         _set_attr(path, 0, _MOUNT_ATTR_RDONLY, recursive=False)
     _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=64m,mode=1777")
 

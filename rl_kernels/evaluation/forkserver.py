@@ -10,10 +10,14 @@ What a forked worker gets is what a worker started as a new process gets (`sandb
 set up in the child after the fork and before anything of a job exists: its own session and process
 group; its stdio on its scratch dir's stderr.txt; every inherited file descriptor closed but its two
 pipes (nothing it runs can reach the server's socket); the rlimits; an environment naming its own
-scratch dir and nothing else of the caller's; and under `isolation: namespaces` the stage's
-confinement (`confine.enter_namespaces`, then `confine.confine_forked` in pid 1 of the new PID
-namespace: user, mount, network, IPC and UTS namespaces, read-only host with the secrets hidden, its
-scratch dir the only writable place, no capabilities).  The server never touches the device, never
+scratch dir and nothing else of the caller's; and the stage's confinement (`confine.enter_namespaces`,
+then `confine.confine_forked` in pid 1 of the new PID namespace: user, mount, network, IPC and UTS
+namespaces, read-only host with the secrets hidden, its scratch dir the only writable place, no
+capabilities).  Imports remember paths (torch.compile's debug dir under the working dir, inductor's
+header cache under $TMPDIR): in its mount namespace the worker's scratch dir is bound a second time
+where the server imported (`Confinement.aliases`), and the worker works there, so each of those
+paths is its own.  That needs the mount namespace: under `isolation: process` there is no fork
+server, and each worker is a new process.  The server never touches the device, never
 reads a job file, never runs candidate code and never installs the audit hook or the seccomp filter:
 what a worker inherits from it is what the imports made, the same in every fork.  One forked process
 serves one job and is then discarded, as before.
@@ -239,6 +243,11 @@ def serve(fd: int, flags: list[str]) -> None:
 
     for name in worker.imports_ahead("--warm-compile" in flags, "--dispatch-tools" in flags):
         importlib.import_module(name)
+    if "--warm-compile" in flags:
+        try:
+            worker.warm_compiler()
+        except Exception:  # noqa: BLE001 - a head start only: each worker's baseline compiles without it
+            traceback.print_exc()
     _refuse_if_cuda_initialised()
     sock = socket.socket(fileno=fd)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -325,9 +334,10 @@ def _become_worker(settings: dict[str, Any], progress_fd: int, go_fd: int) -> No
     """In the forked child (already leading its own session): isolate, confine, then serve one job
     (never returns on success).
 
-    `settings`: scratch (its scratch dir), env (its whole environment), job_path, flags (the
-    worker's), backend, memory_limit_mb, confinement (a `confine.Confinement` as a dict, or None
-    under `isolation: process`)."""
+    `settings`: scratch (its scratch dir), home (the server's working dir, where the confinement
+    binds the scratch dir a second time and the worker works), env (its whole environment),
+    job_path, flags (the worker's), backend, memory_limit_mb, confinement (a `confine.Confinement`
+    as a dict)."""
     from rl_kernels.evaluation import confine, sandbox, worker
 
     scratch = Path(settings["scratch"])
@@ -348,13 +358,13 @@ def _become_worker(settings: dict[str, Any], progress_fd: int, go_fd: int) -> No
     os.environ.update(settings["env"])
     tempfile.tempdir = None
     os.chdir(scratch)
-    if settings["confinement"] is not None:
-        confine.enter_namespaces()
-        pid = os.fork()
-        if pid != 0:
-            _outlive_nothing(pid, progress_fd, go_fd)
-        _die_with_parent()
-        confine.confine_forked(confine.Confinement(**settings["confinement"]))
+    confine.enter_namespaces()
+    pid = os.fork()
+    if pid != 0:
+        _outlive_nothing(pid, progress_fd, go_fd)
+    _die_with_parent()
+    confine.confine_forked(confine.Confinement(**settings["confinement"]))
+    os.chdir(settings["home"])
     worker.serve(Path(settings["job_path"]), progress_fd, go_fd, list(settings["flags"]))
 
 

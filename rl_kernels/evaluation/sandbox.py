@@ -290,12 +290,14 @@ class StartedWorker:
         try:
             with open(self.scratch / "stderr.txt", "wb") as err:
                 if server is not None:
-                    conf = (None if spec.cfg.isolation == "process" else
-                            asdict(confinement(self.scratch, spec.readable, spec.hidden, writable)))
+                    # In its namespace the worker's scratch dir is also where the server imported:
+                    # every path an import remembered (working dir, $HOME, $TMPDIR) is the worker's own.
+                    conf = confinement(self.scratch, spec.readable, spec.hidden, writable)
+                    conf.aliases = [[str(self.scratch), str(server.home)]]
                     self.proc: subprocess.Popen | ForkedProcess = server.fork(
-                        {"scratch": str(self.scratch), "env": spec.environment(self.scratch),
-                         "job_path": str(self.job_path), "flags": spec.flags, "backend": spec.backend,
-                         "memory_limit_mb": spec.cfg.memory_limit_mb, "confinement": conf}, write_fd, go_read)
+                        {"scratch": str(self.scratch), "home": str(server.home), "env": spec.environment(server.home),
+                         "job_path": str(server.home / "job.json"), "flags": spec.flags, "backend": spec.backend,
+                         "memory_limit_mb": spec.cfg.memory_limit_mb, "confinement": asdict(conf)}, write_fd, go_read)
                 else:
                     cmd = [sys.executable, "-c", WORKER_BOOT, str(self.job_path), str(write_fd), str(go_read), *spec.flags]
                     self.proc = subprocess.Popen(

@@ -105,9 +105,10 @@ class Standby:
 
     def server(self, spec: WorkerSpec) -> ForkServer | None:
         """The fork server for `spec`'s settings (`WorkerSpec.server_key`), started now if there is
-        none or it died; None without `fork_server`.  A server for other settings is closed once
+        none or it died; None without `fork_server` or without namespaces (a forked worker needs
+        its own mount namespace, see `forkserver`).  A server for other settings is closed once
         none of the workers it forked is alive."""
-        if not self.fork_server:
+        if not self.fork_server or spec.cfg.isolation != "namespaces":
             return None
         with self._lock:
             current = None

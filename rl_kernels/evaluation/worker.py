@@ -475,6 +475,25 @@ def imports_ahead(warm_compile: bool, dispatch_tools: bool) -> tuple[str, ...]:
             *(("torch._inductor.compile_fx",) if warm_compile else ()))
 
 
+def warm_compiler() -> None:
+    """Compiles and runs one tiny function on the cpu, single-threaded, once in the fork server:
+    torch.compile's first use in a process initialises much (lowerings, graph passes, the code cache)
+    that every compiled baseline then needs, and each forked worker inherits it (a kept softmax
+    baseline's first call: 2.3 s -> 0.2 s on the 2-core machine).  Leaves no OpenMP threads (a fork
+    would lose them), no compiled code and no counters behind; never touches the device."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.compile(lambda x: torch.relu(x * 2.0 + 1.0))(torch.ones(8))
+    finally:
+        torch.set_num_threads(threads)
+        torch._dynamo.reset()
+        counters.clear()
+
+
 def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile: bool,
             dispatch_tools: bool) -> Any:
     """What every job needs, done before the job arrives; returns the runner (None unless `split`).

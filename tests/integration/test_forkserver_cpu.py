@@ -44,10 +44,8 @@ def _gone(pid: int, within_s: float) -> bool:
 
 
 def _the_worker(worker: StartedWorker) -> int:
-    """The pid of the process that serves the job: under namespaces pid 1 of its PID namespace (the
-    forked process's only child), else the forked process itself."""
-    if worker.spec.cfg.isolation == "process":
-        return worker.proc.pid
+    """The pid of the process that serves the job: pid 1 of its PID namespace (the forked process's
+    only child)."""
     children = Path(f"/proc/{worker.proc.pid}/task/{worker.proc.pid}/children").read_text().split()
     assert len(children) == 1, children
     return int(children[0])
@@ -72,10 +70,8 @@ def _status(pid: int, field: str) -> str:
     raise KeyError(field)
 
 
-@pytest.mark.parametrize("isolation", ["namespaces", "process"])
-def test_a_forked_worker_is_isolated_from_the_server_and_from_the_other_workers(
-        isolation: str, cpu_config: EvalConfig) -> None:
-    cfg = cpu_config.sandbox.model_copy(update={"isolation": isolation})
+def test_a_forked_worker_is_isolated_from_the_server_and_from_the_other_workers(cpu_config: EvalConfig) -> None:
+    cfg = cpu_config.sandbox
     spec = WorkerSpec("cpu", cfg)
     server = ForkServer(spec.environment, spec.flags, cfg.scratch_root, 120)
     try:
@@ -89,16 +85,20 @@ def test_a_forked_worker_is_isolated_from_the_server_and_from_the_other_workers(
             shown = {v.split(b"=", 1)[0].decode() for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if v}
             allowed = {*spec.environment(started.scratch), "PYTORCH_NVML_BASED_CUDA_CHECK"}
             assert shown <= allowed, shown - allowed
-            assert os.readlink(f"/proc/{pid}/cwd") == str(started.scratch)
+            # it works where the server imported, which in its mount namespace is its own scratch dir
+            assert os.readlink(f"/proc/{pid}/cwd") == str(server.home)
+            (started.scratch / "marker").write_text(str(pid))
+            (server.home / "the-servers-own").write_text("")
+            seen = Path(f"/proc/{pid}/root{server.home}")
+            assert (seen / "marker").read_text() == str(pid) and not (seen / "the-servers-own").exists()
             # nothing the worker runs can talk to the server: none of its sockets is the server's
             assert not _sockets(pid) & _sockets(server.proc.pid)
-        if isolation == "namespaces":
-            for ns in NAMESPACES:
-                mine = {os.readlink(f"/proc/{p}/ns/{ns}") for p in (server.proc.pid, wa, wb)}
-                assert len(mine) == 3, f"{ns} namespace shared: {mine}"
-            assert int(_status(wa, "CapEff"), 16) == 0 and int(_status(wa, "CapPrm"), 16) == 0
-            assert _status(wa, "NoNewPrivs") == "1"
-            assert _status(wa, "NSpid").split()[-1] == "1"       # pid 1 of its own PID namespace
+        for ns in NAMESPACES:
+            mine = {os.readlink(f"/proc/{p}/ns/{ns}") for p in (server.proc.pid, wa, wb)}
+            assert len(mine) == 3, f"{ns} namespace shared: {mine}"
+        assert int(_status(wa, "CapEff"), 16) == 0 and int(_status(wa, "CapPrm"), 16) == 0
+        assert _status(wa, "NoNewPrivs") == "1"
+        assert _status(wa, "NSpid").split()[-1] == "1"       # pid 1 of its own PID namespace
         for started in (a, b):
             started.discard()
             assert _gone(started.proc.pid, 5) and not started.scratch.exists()
@@ -167,6 +167,16 @@ def test_the_server_and_its_workers_end_with_the_process_that_started_them(cpu_c
     pids = [int(p) for p in out.stdout.split()]
     assert len(pids) == 3, out.stderr[-1500:]
     assert all(_gone(pid, 10) for pid in pids), "the fork server or a worker outlived its owner"
+
+
+def test_without_namespaces_every_worker_is_a_new_process(cpu_config: EvalConfig) -> None:
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.sandbox.isolation = "process"
+    evaluator = Evaluator(cfg)
+    m = evaluator.evaluate(get_task(TASK), _honest())
+    assert m.correct and m.extra["forked"] is False, m.detail[-1500:]
+    assert not evaluator.standby._servers
+    evaluator.close()
 
 
 def test_a_server_that_cannot_start_says_why(cpu_config: EvalConfig) -> None:

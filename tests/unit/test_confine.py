@@ -38,6 +38,16 @@ def test_the_host_provides_every_layer() -> None:
     confine.probe()
 
 
+def test_the_probe_works_from_a_working_dir_the_sandbox_hides(tmp_path: Path) -> None:
+    """A user's working dir is often under $HOME or /tmp, both hidden from a confined step."""
+    here = (tmp_path / "project").resolve()
+    here.mkdir()
+    code = ("import os, sys; os.chdir(sys.argv[1]); from rl_kernels.evaluation import confine; "
+            "confine.probe(); print('probed')")
+    out = subprocess.run([sys.executable, "-c", code, str(here)], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "probed", out.stderr[-1500:]
+
+
 def test_only_the_scratch_dir_is_writable_and_secrets_are_hidden(scratch: Path, tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"            # a file of the caller's, under /tmp like ~/.ray or a cache
     secret.write_text("token-123")
