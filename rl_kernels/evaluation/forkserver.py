@@ -150,8 +150,7 @@ class ForkServer:
             reply = self._next_reply()
         if "error" in reply:
             raise ForkServerError(f"the fork server could not fork a worker: {reply['error']}")
-        with self._replied:
-            return self._children[int(reply["forked"])]
+        return reply["process"]
 
     def close(self) -> None:
         """Ends the server; the workers it forked die with it (and are killed here besides)."""
@@ -194,8 +193,8 @@ class ForkServer:
                         if child is not None:
                             child.end(int(msg["code"]))
                     else:
-                        if "forked" in msg:
-                            self._children[int(msg["forked"])] = ForkedProcess(int(msg["forked"]))
+                        if "forked" in msg:   # kept in the reply too: it may have exited before fork() reads it
+                            msg["process"] = self._children[int(msg["forked"])] = ForkedProcess(int(msg["forked"]))
                         self._replies.append(msg)
                         self._replied.notify_all()
         except (OSError, ValueError):
