@@ -140,8 +140,10 @@ class ForkServer:
     def fork(self, settings: dict[str, Any], progress_fd: int, go_fd: int) -> ForkedProcess:
         """A worker forked with `settings` (see `_become_worker`), `progress_fd` and `go_fd` its two
         pipe ends (the caller keeps and closes its own copies)."""
-        if not self._ready.wait(self.ready_s) or not self.alive:
+        if not self._ready.wait(self.ready_s):
             raise ForkServerError(self._why_gone(f"not ready after {self.ready_s:.0f} s"))
+        if not self.alive:
+            raise ForkServerError(self._why_gone("it ended"))
         with self._lock:
             try:
                 socket.send_fds(self._sock, [json.dumps({"fork": settings}).encode()], [progress_fd, go_fd])
@@ -211,10 +213,14 @@ class ForkServer:
 
     def _why_gone(self, what: str) -> str:
         try:
+            code = self.proc.wait(5) if self._gone is not None else self.proc.poll()   # its socket closes as it exits
+        except subprocess.TimeoutExpired:
+            code = None
+        try:
             tail = (self.home / "stderr.txt").read_text(errors="replace")[-800:]
         except OSError:
             tail = ""
-        return f"the fork server ({' '.join(self.flags) or 'no flags'}): {what}; exit code {self.proc.poll()}; {tail}"
+        return f"the fork server ({' '.join(self.flags) or 'no flags'}): {what}; exit code {code}; {tail}"
 
 
 def _die_with_parent() -> None:
