@@ -104,7 +104,7 @@ class Evaluator:
         with self._holding_device() as host_wait_s:
             res = sandbox.run_job(job, artifact, artifact_name, spec, kept, worker,
                                   beside=self.standby.workers if beside else (),
-                                  server=self.standby.server(spec) if worker is None else None)
+                                  start=self.standby.start)
         if not beside:
             self.standby.refill(spec)     # after_job: outside the locks, once nothing of this job runs
         if worker is None and why != "none":

@@ -375,15 +375,17 @@ def _pause_all(workers: Sequence[StartedWorker]) -> None:
 
 def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spec: WorkerSpec,
             kept: compile_cache.KeptCompile | None = None, worker: StartedWorker | None = None,
-            beside: Sequence[StartedWorker] = (), server: ForkServer | None = None) -> SandboxResult:
-    """Runs `job` in `worker` (started for `spec` before the job) or in one started now (forked from
-    `server` when there is one); `kept` are
-    the task's kept compile caches (seeded into `spec.compile_dir`, and given what the worker listed
-    there before candidate code ran); `beside` are the next jobs' workers, starting while this job
-    runs: each is stopped from this job's first timed phase until this job ends, if still importing."""
+            beside: Sequence[StartedWorker] = (),
+            start: Callable[[WorkerSpec], StartedWorker] | None = None) -> SandboxResult:
+    """Runs `job` in `worker` (started for `spec` before the job) or in one `start` gives now
+    (`Standby.start`: forked from the fork server when there is one; by default a new process);
+    `kept` are the task's kept compile caches (seeded into `spec.compile_dir`, and given what the
+    worker listed there before candidate code ran); `beside` are the next jobs' workers, starting
+    while this job runs: each is stopped from this job's first timed phase until this job ends, if
+    still importing."""
     assert kept is None or kept.workdir == spec.compile_dir, "the kept caches' work dir is the spec's"
     standby = worker is not None
-    worker = worker or StartedWorker(spec, server)
+    worker = worker or (start or StartedWorker)(spec)
     cfg = spec.cfg
     scratch = worker.scratch
     try:

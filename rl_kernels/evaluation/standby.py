@@ -22,11 +22,11 @@ discarded, and the job starts a fresh one.
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
-
 from typing import Any
 
-from rl_kernels.evaluation.forkserver import ForkServer
+from rl_kernels.evaluation.forkserver import ForkServer, ForkServerError
 from rl_kernels.evaluation.sandbox import StartedWorker, WorkerSpec
 
 
@@ -56,6 +56,7 @@ class Standby:
         self.fork_server = fork_server
         self._held: list[StartedWorker] = []
         self._servers: list[tuple[Any, ForkServer]] = []   # (WorkerSpec.server_key, its server)
+        self._given_up: dict[Any, str] = {}   # server keys whose server failed to fork a worker: why
         self._lock = threading.Lock()
         # The owner going away (or the interpreter exiting) ends the unused workers and the servers with it.
         self._finalizer = weakref.finalize(self, _close_all, self._held, self._servers)
@@ -99,16 +100,32 @@ class Standby:
             with self._lock:
                 if len(self._held) >= self.size:
                     return
-            worker = StartedWorker(spec, self.server(spec))
+            worker = self.start(spec)
             with self._lock:
                 self._held.append(worker)
 
+    def start(self, spec: WorkerSpec) -> StartedWorker:
+        """A worker for `spec`, forked from the fork server when there is one.  A server that
+        cannot fork one (it could not import, or its imports initialised CUDA) is given up for
+        these settings with a warning saying why, and this and every later worker for them is
+        a new process: slower, never wrong."""
+        server = self.server(spec)
+        if server is not None:
+            try:
+                return StartedWorker(spec, server)
+            except ForkServerError as exc:
+                with self._lock:
+                    self._given_up[spec.server_key] = str(exc)
+                warnings.warn(f"rl_kernels: workers start as new processes from now on: {exc}", RuntimeWarning,
+                              stacklevel=2)
+        return StartedWorker(spec)
+
     def server(self, spec: WorkerSpec) -> ForkServer | None:
         """The fork server for `spec`'s settings (`WorkerSpec.server_key`), started now if there is
-        none or it died; None without `fork_server` or without namespaces (a forked worker needs
-        its own mount namespace, see `forkserver`).  A server for other settings is closed once
+        none or it died; None without `fork_server`, without namespaces (a forked worker needs
+        its own mount namespace, see `forkserver`) or once the server for them was given up.  A server for other settings is closed once
         none of the workers it forked is alive."""
-        if not self.fork_server or spec.cfg.isolation != "namespaces":
+        if not self.fork_server or spec.cfg.isolation != "namespaces" or spec.server_key in self._given_up:
             return None
         with self._lock:
             current = None

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation import sandbox
+from rl_kernels.evaluation import sandbox, standby
 from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.evaluation.forkserver import ForkServer, ForkServerError
 from rl_kernels.evaluation.sandbox import StartedWorker, WorkerSpec
@@ -187,3 +187,22 @@ def test_a_server_that_cannot_start_says_why(cpu_config: EvalConfig) -> None:
             StartedWorker(spec, server)
     finally:
         server.close()
+
+
+def test_a_server_that_cannot_fork_is_given_up_and_workers_start_as_new_processes(
+        cpu_config: EvalConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real server whose interpreter cannot start: the evaluator warns once, says why, and goes on
+    with workers started as new processes (the same verdicts, slower), never asking that server again."""
+    class Unstartable(ForkServer):
+        def __init__(self, environment, *args) -> None:  # noqa: ANN001
+            super().__init__(lambda home: dict(environment(home), PYTHONHOME="/nonexistent"), *args)
+
+    monkeypatch.setattr(standby, "ForkServer", Unstartable)
+    evaluator = Evaluator(cpu_config)
+    with pytest.warns(RuntimeWarning, match="(?s)new processes.*fork server.*encodings"):
+        m = evaluator.evaluate(get_task(TASK), _honest())
+    assert m.correct and m.extra["forked"] is False, m.detail[-1500:]
+    again = evaluator.evaluate(get_task(TASK), _honest())
+    assert again.correct and again.extra["forked"] is False
+    assert len(evaluator.standby._servers) == 1     # the first one, never started again
+    evaluator.close()
