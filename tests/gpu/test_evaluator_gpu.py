@@ -178,14 +178,16 @@ def _free_after(settle_s: float = 1.0) -> int:
 
 
 def test_a_started_worker_holds_no_cuda_context_before_its_job(cuda_config: EvalConfig) -> None:
-    """The worker started for the next job (and the runner it forked) holds no CUDA context while it
-    waits: ending it frees no device memory.  An import may initialise the driver (open
+    """The worker started for the next job (and the runner it forked), forked from the fork server,
+    holds no CUDA context while it waits, and neither does the server: ending them frees no device
+    memory.  An import may initialise the driver (open
     /dev/nvidia*, as torch.cuda.is_available() does); nothing is allocated or run on the device.
     Control: a process that did create a context frees its hundreds of MiB when it ends."""
     evaluator = Evaluator(cuda_config)
     honest = (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text()
     m = evaluator.evaluate(get_task("hgemm/fp32/1024_1024_1024"), honest)
     assert m.correct, m.detail[-800:]
+    assert m.extra["forked"], "the fork server was given up on this host (see the warning)"
     worker = evaluator.standby.held
     assert worker is not None and worker.wait_ready(120)
     pgid = worker.proc.pid
