@@ -180,8 +180,8 @@ def _free_after(settle_s: float = 1.0) -> int:
 def test_a_started_worker_holds_no_cuda_context_before_its_job(cuda_config: EvalConfig) -> None:
     """The worker started for the next job (and the runner it forked), forked from the fork server,
     holds no CUDA context while it waits, and neither does the server: ending them frees no device
-    memory.  An import may initialise the driver (open
-    /dev/nvidia*, as torch.cuda.is_available() does); nothing is allocated or run on the device.
+    memory.  An import may open the driver's files (/dev/nvidia*, as NVML does); nothing is
+    allocated or run on the device.
     Control: a process that did create a context frees its hundreds of MiB when it ends."""
     evaluator = Evaluator(cuda_config)
     honest = (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text()
