@@ -1,9 +1,11 @@
-"""Evaluation workers started ahead of an evaluator's next jobs.
+"""Evaluation workers started ahead of an evaluator's next jobs, and the fork servers they come from.
 
-Starting a worker costs seconds before it can do anything (process start, `import torch`, the
-evaluator's modules, under namespaces the confinement's setup): on the 2-core cpu machine and the
-H200 host alike that is a large share of an evaluation.  So the evaluator starts the worker for the
-next job ahead (`sandbox.StartedWorker`), and it waits for its job once its imports are done.
+Starting a worker as a new process costs seconds before it can do anything (process start, `import
+torch`, the evaluator's modules, under namespaces the confinement's setup): on the 2-core cpu machine
+and the H200 host alike that is a large share of an evaluation.  So workers are forked from a fork
+server that imported once (`forkserver`, `eval.sandbox.fork_server`: milliseconds a start), and the
+evaluator starts the worker for the next job ahead (`sandbox.StartedWorker`), which waits for its
+job once it is ready.
 `eval.sandbox.prestart` says when: `beside_job` as the current job starts (it imports while that job
 sets up and checks correctness: back to back it has the job's duration to get ready, which is free
 where the host has cores to spare), `after_job` when the current job has ended (on a host of two
@@ -40,11 +42,10 @@ class Standby:
 
     `enabled` False makes `take` and `refill` no-ops (each job starts its own worker); `ready_s` is
     how long `take` waits for a started worker that is still importing before it starts a fresh one
-    instead.  More than one (`size`) hides a
-    start-up longer than a job: each job takes the oldest, which has had the most time, and one
-    more starts.  With `fork_server` every worker, started ahead or not, is forked from the fork
-    server for its settings (`server`), which imported once: a start takes milliseconds instead
-    of the imports' seconds.
+    instead.  More than one (`size`) hides a start-up longer than a job: each job takes the oldest,
+    which has had the most time, and one more starts.  With `fork_server` every worker, started
+    ahead or not, is forked from the fork server for its settings (`server`, `start`), which
+    imported once: a start takes milliseconds instead of the imports' seconds.
     """
 
     def __init__(self, enabled: bool, ready_s: float, size: int = 1, fork_server: bool = False) -> None:
