@@ -276,7 +276,7 @@ def serve(fd: int, flags: list[str]) -> None:
                 data, fds = b"", []
             if not data:
                 return   # the evaluator is gone: its workers die with this process
-            _fork(sock, json.loads(data)["fork"], fds, (wake_r, wake_w))
+            _fork(sock, json.loads(data)["fork"], fds)
 
 
 _CUDA_ERROR_NOT_INITIALIZED = 3
@@ -307,7 +307,8 @@ def _reap(sock: socket.socket) -> None:
         _send(sock, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _fork(sock: socket.socket, settings: dict[str, Any], fds: list[int], wake: tuple[int, int]) -> None:
+def _fork(sock: socket.socket, settings: dict[str, Any], fds: list[int]) -> None:
+    """Forks one worker (it closes every descriptor it inherits but `fds`, see `_become_worker`)."""
     if len(fds) != 2:
         for fd in fds:
             os.close(fd)
