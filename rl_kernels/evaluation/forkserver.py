@@ -47,9 +47,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-_PR_SET_PDEATHSIG = 1
+from rl_kernels.evaluation import confine
+from rl_kernels.evaluation.sandbox import die_with_parent, limits, signal_group
+
 _MAX_MESSAGE = 1 << 20
-STARTING_FAILED = 125   # == confine.STAGE_FAILED: a forked worker that could not set itself up
 
 
 class ForkServerError(RuntimeError):
@@ -118,7 +119,7 @@ class ForkServer:
                 self.proc = subprocess.Popen(
                     [sys.executable, "-c", SERVER_BOOT, str(theirs.fileno()), *self.flags], cwd=self.home, env=env,
                     stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=(theirs.fileno(),),
-                    start_new_session=True, preexec_fn=_die_with_parent)
+                    start_new_session=True, preexec_fn=die_with_parent)
         except BaseException:
             self._sock.close()
             shutil.rmtree(self.home, ignore_errors=True)
@@ -159,7 +160,7 @@ class ForkServer:
         with self._replied:
             children = [p for p in self._children.values() if p.returncode is None]
         for child in children:
-            _kill_group(child.pid)
+            signal_group(child.pid, signal.SIGKILL)
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -208,7 +209,7 @@ class ForkServer:
             self._replied.notify_all()
         self._ready.set()   # whoever waits for it learns that it is gone
         for child in orphans:   # they die with the server anyway (parent-death signal)
-            _kill_group(child.pid)
+            signal_group(child.pid, signal.SIGKILL)
             child.end(-signal.SIGKILL)
 
     def _why_gone(self, what: str) -> str:
@@ -221,17 +222,6 @@ class ForkServer:
         except OSError:
             tail = ""
         return f"the fork server ({' '.join(self.flags) or 'no flags'}): {what}; exit code {code}; {tail}"
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # ----------------------------------------------------------------------------------------------
@@ -317,7 +307,7 @@ def _fork(sock: socket.socket, settings: dict[str, Any], fds: list[int]) -> None
     led_r, led_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        code = STARTING_FAILED
+        code = confine.STAGE_FAILED   # a forked worker that could not set itself up
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -344,7 +334,7 @@ def _become_worker(settings: dict[str, Any], progress_fd: int, go_fd: int) -> No
     binds the scratch dir a second time and the worker works), env (its whole environment),
     job_path, flags (the worker's), backend, memory_limit_mb, confinement (a `confine.Confinement`
     as a dict)."""
-    from rl_kernels.evaluation import confine, sandbox, worker
+    from rl_kernels.evaluation import worker
 
     scratch = Path(settings["scratch"])
     err = os.open(scratch / "stderr.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -359,7 +349,7 @@ def _become_worker(settings: dict[str, Any], progress_fd: int, go_fd: int) -> No
                 os.close(int(name))
             except OSError:
                 pass
-    sandbox.limits(settings["memory_limit_mb"], settings["backend"])()
+    limits(settings["memory_limit_mb"], settings["backend"])()
     os.environ.clear()
     os.environ.update(settings["env"])
     tempfile.tempdir = None
@@ -368,7 +358,7 @@ def _become_worker(settings: dict[str, Any], progress_fd: int, go_fd: int) -> No
     pid = os.fork()
     if pid != 0:
         _outlive_nothing(pid, progress_fd, go_fd)
-    _die_with_parent()
+    die_with_parent()
     confine.confine_forked(confine.Confinement(**settings["confinement"]))
     os.chdir(settings["home"])
     worker.serve(Path(settings["job_path"]), progress_fd, go_fd, list(settings["flags"]))

@@ -28,12 +28,14 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rl_kernels.config import SandboxConfig
 from rl_kernels.evaluation import compile_cache, confine
-from rl_kernels.evaluation.forkserver import ForkedProcess, ForkServer
 from rl_kernels.evaluation.reasons import Reason
+
+if TYPE_CHECKING:   # forkserver uses this module's process helpers
+    from rl_kernels.evaluation.forkserver import ForkedProcess, ForkServer
 
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
              "PYTHONPATH", "CUDA_HOME", "CUDA_PATH", "RL_KERNELS_CACHE", "NCCL_NVLS_ENABLE",
@@ -87,12 +89,17 @@ def killed_by(sig: int, who: str) -> tuple[Reason, str]:
 _PR_SET_PDEATHSIG = 1
 
 
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent (the thread that started it) ends."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def limits(memory_mb: int, backend: str) -> Callable[[], None]:
     """What a worker process sets on itself before anything else (a new one in `preexec_fn`, a
     forked one right after the fork)."""
     def apply() -> None:
         # Die with the parent: a killed timer must not leave a hung candidate spinning on the device.
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        die_with_parent()
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 30, 2 << 30))
         if backend == "cpu":
@@ -333,14 +340,14 @@ class StartedWorker:
         """Stops the worker if it is still importing (a ready one only waits on a pipe)."""
         with self._pause_lock:
             if self._paused_at is None and not self.progress.ready.is_set() and self.proc.poll() is None:
-                _signal_group(self.proc.pid, signal.SIGSTOP)
+                signal_group(self.proc.pid, signal.SIGSTOP)
                 self._paused_at = time.monotonic()
 
     def resume(self) -> None:
         """Continues a stopped worker."""
         with self._pause_lock:
             if self._paused_at is not None:
-                _signal_group(self.proc.pid, signal.SIGCONT)
+                signal_group(self.proc.pid, signal.SIGCONT)
                 self.paused_s += time.monotonic() - self._paused_at
                 self._paused_at = None
 
@@ -430,10 +437,11 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
             compile_cache.empty(kept.workdir)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
+    """Sends `sig` to process group `pgid`, if it still exists (and is still this user's)."""
     try:
         os.killpg(pgid, sig)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
 
 
@@ -452,7 +460,7 @@ def group_members(pgid: int) -> set[int]:
 def _kill_group(pgid: int) -> bool:
     """Kill everything left in the job's process group; True if anything besides the leader was alive."""
     leftover = bool(group_members(pgid) - {pgid})
-    _signal_group(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
     return leftover
 
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.evaluation.forkserver import ForkServer, ForkServerError
 from rl_kernels.evaluation.sandbox import StartedWorker, WorkerSpec
 from rl_kernels.tasks import get_task
+from processes import gone
 
 CANDIDATES = Path(__file__).resolve().parents[1] / "candidates"
 TASK = "hgemm/fp32/128_128_128"
@@ -28,19 +28,6 @@ NAMESPACES = ("user", "pid", "mnt", "net", "ipc", "uts")
 def _honest() -> str:
     return (CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp").read_text()
 
-
-def _gone(pid: int, within_s: float) -> bool:
-    """The process has exited (a zombie counts as exited) within `within_s`."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _the_worker(worker: StartedWorker) -> int:
@@ -101,10 +88,10 @@ def test_a_forked_worker_is_isolated_from_the_server_and_from_the_other_workers(
         assert _status(wa, "NSpid").split()[-1] == "1"       # pid 1 of its own PID namespace
         for started in (a, b):
             started.discard()
-            assert _gone(started.proc.pid, 5) and not started.scratch.exists()
+            assert gone(started.proc.pid, 5) and not started.scratch.exists()
     finally:
         server.close()
-    assert _gone(server.proc.pid, 5)
+    assert gone(server.proc.pid, 5)
 
 
 def test_a_forked_worker_serves_one_job_and_never_imports_what_was_planted_in_its_scratch(
@@ -137,14 +124,14 @@ def test_a_server_that_died_is_replaced_and_its_workers_died_with_it(cpu_config:
     assert worker is not None and worker.forked and worker.wait_ready(60)
     (server,) = [s for _, s in evaluator.standby._servers]
     os.kill(server.proc.pid, signal.SIGKILL)
-    assert _gone(worker.proc.pid, 5), "a forked worker outlived its server"
+    assert gone(worker.proc.pid, 5), "a forked worker outlived its server"
     m = evaluator.evaluate(get_task(TASK), _honest())
     assert m.correct, m.detail[-1500:]
     assert m.extra["workers"][0] == "fresh (the started worker: died)" and m.extra["forked"]
     (again,) = [s for _, s in evaluator.standby._servers]
     assert again is not server and again.alive
     evaluator.close()
-    assert _gone(again.proc.pid, 5)
+    assert gone(again.proc.pid, 5)
 
 
 def test_the_server_and_its_workers_end_with_the_process_that_started_them(cpu_config: EvalConfig) -> None:
@@ -166,7 +153,7 @@ def test_the_server_and_its_workers_end_with_the_process_that_started_them(cpu_c
                          text=True, timeout=180)
     pids = [int(p) for p in out.stdout.split()]
     assert len(pids) == 3, out.stderr[-1500:]
-    assert all(_gone(pid, 10) for pid in pids), "the fork server or a worker outlived its owner"
+    assert all(gone(pid, 10) for pid in pids), "the fork server or a worker outlived its owner"
 
 
 def test_without_namespaces_every_worker_is_a_new_process(cpu_config: EvalConfig) -> None:

@@ -19,6 +19,7 @@ from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.evaluation.sandbox import StartedWorker, WorkerSpec, group_members
 from rl_kernels.tasks import get_task
 from rl_kernels.tasks.module import load_module_task
+from processes import gone
 
 CANDIDATES = Path(__file__).resolve().parents[1] / "candidates"
 TASK = "hgemm/fp32/128_128_128"
@@ -35,19 +36,6 @@ def cpu_config(cpu_config: EvalConfig) -> EvalConfig:
     cfg.sandbox.prestart = "after_job"
     return cfg
 
-
-def _gone(pid: int, within_s: float) -> bool:
-    """The process has exited (a zombie counts as exited) within `within_s`."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _evaluator_with_a_started_worker(cfg: EvalConfig) -> tuple[Evaluator, StartedWorker]:
@@ -69,11 +57,11 @@ def test_the_next_job_runs_in_the_worker_started_for_it_and_nothing_is_left(when
     assert m.correct, m.detail[-1500:]
     assert m.extra["workers"][0] == "standby" and m.extra["prestart_s"] > 0
     assert m.extra["phase_s"]["start"] < 1.0, m.extra["phase_s"]   # its imports were done before the job
-    assert not worker.scratch.exists() and _gone(worker.proc.pid, 1)   # used once, then gone
+    assert not worker.scratch.exists() and gone(worker.proc.pid, 1)   # used once, then gone
     nxt = evaluator.standby.held
     assert nxt is not None and nxt is not worker
     evaluator.close()
-    assert evaluator.standby.held is None and not nxt.scratch.exists() and _gone(nxt.proc.pid, 1)
+    assert evaluator.standby.held is None and not nxt.scratch.exists() and gone(nxt.proc.pid, 1)
 
 
 def test_several_started_workers_serve_the_next_jobs_oldest_first(cpu_config: EvalConfig) -> None:
@@ -88,12 +76,12 @@ def test_several_started_workers_serve_the_next_jobs_oldest_first(cpu_config: Ev
     assert first.wait_ready(60) and second.wait_ready(60)
     m = evaluator.evaluate(get_task(TASK), _honest())
     assert m.correct and m.extra["workers"] == ["standby"], m.extra.get("workers")
-    assert _gone(first.proc.pid, 5) and not first.scratch.exists()      # the oldest served the job
+    assert gone(first.proc.pid, 5) and not first.scratch.exists()      # the oldest served the job
     held = evaluator.standby.workers
     assert len(held) == 2 and held[0] is second and held[1] not in (first, second)
     evaluator.close()
     assert not evaluator.standby.workers
-    assert all(_gone(w.proc.pid, 5) and not w.scratch.exists() for w in held)
+    assert all(gone(w.proc.pid, 5) and not w.scratch.exists() for w in held)
 
 
 def test_a_started_worker_that_died_is_replaced_by_a_fresh_one(cpu_config: EvalConfig) -> None:
@@ -119,7 +107,7 @@ def test_a_started_worker_that_hangs_before_it_is_ready_is_replaced(cpu_config: 
     m = evaluator.evaluate(get_task(TASK), _honest())
     assert m.correct, m.detail[-1500:]
     assert m.extra["workers"][0] == "fresh (the started worker: not_ready)"
-    assert time.monotonic() - t0 >= 2 and _gone(stuck.proc.pid, 5) and not stuck.scratch.exists()
+    assert time.monotonic() - t0 >= 2 and gone(stuck.proc.pid, 5) and not stuck.scratch.exists()
     evaluator.close()
 
 
@@ -131,7 +119,7 @@ def test_a_worker_started_for_other_settings_is_not_used(cpu_config: EvalConfig)
     m = evaluator.evaluate(get_task(TASK), _honest())
     assert m.correct, m.detail[-1500:]
     assert m.extra["workers"][0] == "fresh (the started worker: other_settings)"
-    assert _gone(worker.proc.pid, 5)
+    assert gone(worker.proc.pid, 5)
     evaluator.close()
 
 
@@ -153,7 +141,7 @@ def test_an_unused_worker_ends_with_the_process_that_started_it(cpu_config: Eval
     out = subprocess.run([sys.executable, "-c", script, cpu_config.model_dump_json()], capture_output=True,
                          text=True, timeout=120)
     pid, scratch = out.stdout.split()
-    assert _gone(int(pid), 10), "the started worker outlived its owner"
+    assert gone(int(pid), 10), "the started worker outlived its owner"
     assert not (Path(scratch) / "job.json").exists()
 
 
@@ -231,4 +219,4 @@ def test_a_worker_still_importing_beside_a_timed_phase_is_stopped_until_it_may_g
         assert "T" not in _group_states(worker.proc.pid)
     finally:
         worker.discard()
-    assert _gone(worker.proc.pid, 1) and not worker.scratch.exists()
+    assert gone(worker.proc.pid, 1) and not worker.scratch.exists()
