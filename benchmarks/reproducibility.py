@@ -97,7 +97,9 @@ def main() -> int:
                           f"{m.candidate_ms or 0:.4f} ms baseline {m.baseline_ms or 0:.4f} ms spreads "
                           f"{m.candidate_spread or 0:.3f}/{m.baseline_spread or 0:.3f} {m.rejected or ''} "
                           f"({m.eval_seconds:.1f} s) {m.extra.get('baseline_compile') or ''} {m.extra.get('phase_s')} "
-                          f"{m.extra.get('workers')}", flush=True)
+                          f"{m.extra.get('workers')} forked={m.extra.get('forked')}", flush=True)
+            for ev in evaluators.values():
+                ev.close()
             for v, ms in got.items():
                 rows.append(_row(task.id, name, v, ms))
                 print(json.dumps(rows[-1]), flush=True)
