@@ -62,7 +62,7 @@ class Build:
     seconds: float = 0.0
     cached: bool = False
     reason: str | None = None
-    path: str = ""   # headers it was built against: "shim" (hgemm's fast path) or "torch" (torch's own)
+    path: str = ""   # headers it was built against: "shim" (hgemm's fast path), "slim" (a module's CUDA file, evaluation/slim_torch.py) or "torch" (torch's own)
     kernels: list[str] = field(default_factory=list)   # mangled names of the cuda kernels it registers
 
 

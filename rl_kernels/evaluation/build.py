@@ -3,7 +3,9 @@
 - hgemm candidates (CUDA-L2 layout, one TU) are compiled against a small torch *shim*
   (native/shim) into one `.so` exporting the plain-C `rlk_hgemm` (native/rlk_abi.h).
 - module candidates (KernelBench layout) are run once in a subprocess to capture their load_inline
-  calls (capture.py); the captured extensions are built with torch's own flags into `module.zip`.
+  calls (capture.py); the captured extensions are built with torch's own flags into `module.zip`:
+  the binding (main.cpp) with a precompiled torch/extension.h, the CUDA file against slim torch
+  headers first (slim_torch.py), against torch's own when they lack what it uses.
 - generic native libraries (e.g. the cuBLAS baseline) are built by `build_native_library`.
 
 Every build goes through a content-addressed cache (see `_cached_build`), so the same source with
@@ -36,7 +38,7 @@ from typing import Callable, Literal
 import filelock
 
 from rl_kernels.config import BuildConfig, EvalConfig
-from rl_kernels.evaluation import confine, ninja, sandbox
+from rl_kernels.evaluation import confine, ninja, sandbox, slim_torch
 from rl_kernels.evaluation.artifact import MANIFEST, generate_inline_sources, sources_digest
 from rl_kernels.evaluation.evidence import check_artifact
 from rl_kernels.evaluation.launches import registered_kernels
@@ -655,14 +657,16 @@ def _ensure_pch(flags: list[str], cfg: BuildConfig) -> Path | None:
     return header
 
 
-def _pch_flags(call: dict, backend: BackendName, cfg: BuildConfig) -> list[str]:
+def _pch_flags(call: dict, backend: BackendName, cfg: BuildConfig, with_cuda: bool) -> list[str]:
     """Exactly the flags main.cpp is compiled with, except the per-extension name."""
     macros = [f for f in _torch_flags(call["name"]) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
-    return [*macros, *_torch_includes(False, cfg), *_module_cxx_flags(call, backend, cfg)]
+    return [*macros, *_torch_includes(with_cuda, cfg), *_module_cxx_flags(call, backend, cfg)]
 
 
 def _module_edges(call: dict, files: dict[str, str], backend: BackendName, cfg: BuildConfig,
-                  pch: Path | None, link: bool) -> tuple[list[ninja.Edge], list[str]]:
+                  pch: Path | None, link: bool, slim: bool) -> tuple[list[ninja.Edge], list[str]]:
+    """main.cpp (the binding: torch/extension.h, precompiled when it can be) and cuda.cu (against
+    the slim torch headers in `NAME/slim` when `slim`), then the link."""
     name = call["name"]
     with_cuda = "cuda.cu" in files
     common = [*_torch_flags(name), *_torch_includes(with_cuda, cfg)]
@@ -674,8 +678,9 @@ def _module_edges(call: dict, files: dict[str, str], backend: BackendName, cfg: 
     objects = [f"{name}/main.o"]
     if with_cuda:
         user_incs = [f"-I{p}" for p in call["extra_include_paths"]]
+        slim_incs = [f"-I{name}/slim"] if slim else []
         edges.append(ninja.Edge([f"{name}/cuda.cuda.o"], [f"{name}/cuda.cu"],
-                                [cfg.nvcc, *common, *user_incs, *_module_nvcc_flags(call, cfg), "-c",
+                                [cfg.nvcc, *slim_incs, *common, *user_incs, *_module_nvcc_flags(call, cfg), "-c",
                                  f"{name}/cuda.cu", "-o", f"{name}/cuda.cuda.o"], f"compile {name}/cuda.cu"))
         objects.append(f"{name}/cuda.cuda.o")
     if not link:
@@ -694,8 +699,9 @@ def _module_edges(call: dict, files: dict[str, str], backend: BackendName, cfg: 
 
 
 def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backend: BackendName,
-                           cfg: BuildConfig, allow_library: bool) -> _Outcome:
+                           cfg: BuildConfig, allow_library: bool, slim: bool) -> _Outcome:
     import torch
+    from torch.utils import cpp_extension
 
     can_link = backend == "cpu" or torch.version.cuda is not None
     edges: list[ninja.Edge] = []
@@ -707,14 +713,16 @@ def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backen
         (work / call["name"]).mkdir()
         for fname, text in files.items():
             (work / call["name"] / fname).write_text(text)
-        pch = None
-        if backend == "cpu":
-            pch = _ensure_pch(_pch_flags(call, backend, cfg), cfg)
-            if pch is None:
-                log_prefix += f"note: no precompiled header for {call['name']}; compiling torch headers in full\n"
-            else:
-                pch_dirs.add(str(pch.parent))
-        ext_edges, _ = _module_edges(call, files, backend, cfg, pch, link=can_link)
+        with_cuda = "cuda.cu" in files
+        pch = _ensure_pch(_pch_flags(call, backend, cfg, with_cuda), cfg)
+        if pch is None:
+            log_prefix += f"note: no precompiled header for {call['name']}; compiling torch headers in full\n"
+        else:
+            pch_dirs.add(str(pch.parent))
+        if slim and with_cuda:
+            slim_torch.write_headers(work / call["name"] / "slim", call["cuda_sources"],
+                                     list(cpp_extension.include_paths("cpu")))
+        ext_edges, _ = _module_edges(call, files, backend, cfg, pch, link=can_link, slim=slim and with_cuda)
         edges += ext_edges
         manifest[call["name"]] = {"file": f"{call['name']}.so", "sha256": sources_digest(files)}
     readable = sorted({d for e in edges for d in _flag_dirs(e.command)} | pch_dirs)
@@ -769,16 +777,28 @@ def _build_module(source: str, backend: BackendName, cfg: BuildConfig, allow_lib
     ordered = [calls[n] for n in sorted(calls)]
     material = {"kind": "module", "backend": backend, "calls": ordered, "cfg": _flag_material(backend, cfg),
                 "toolchain": _toolchain(backend, cfg), "allow_library": allow_library, **_torch_identity()}
-    key = _key(material)
     if backend == "cpu" and any(c["cuda_sources"] or c["with_cuda"] for c in ordered):
-        return Build(key=key, ok=False, log="the cpu backend builds C++ only, but load_inline was given CUDA "
-                     "(cuda_sources or with_cuda=True)", seconds=time.monotonic() - t0,
+        return Build(key=_key(material), ok=False, log="the cpu backend builds C++ only, but load_inline was given "
+                     "CUDA (cuda_sources or with_cuda=True)", seconds=time.monotonic() - t0,
                      reason=Reason.COMPILE_ERROR.value)
-    build = _cached_build(key, MODULE_ARTIFACT, cfg, lambda work, art: _build_module_artifact(
-        work, art, ordered, backend, cfg, allow_library))
-    if not build.cached:
-        build.seconds = time.monotonic() - t0
-    return build
+
+    def build(path: str) -> Build:
+        slim = path == "slim"
+        key = _key({**material, "path": path, "slim": slim_torch.digest()} if slim else material)
+        done = _cached_build(key, MODULE_ARTIFACT, cfg, lambda work, art: _build_module_artifact(
+            work, art, ordered, backend, cfg, allow_library, slim))
+        return dataclasses.replace(done, path=path)
+
+    if backend == "cuda" and cfg.slim_torch_headers and any(c["cuda_sources"] for c in ordered):
+        result = build("slim")
+        if not result.ok and slim_torch.TOO_SLIM.search(result.log):
+            result = build("torch")
+            result.log = f"the slim torch headers lack what this candidate uses; built against torch's headers\n{result.log}"
+    else:
+        result = build("torch")
+    if not result.cached:
+        result.seconds = time.monotonic() - t0
+    return result
 
 
 # ----------------------------------------------------------------------------------------------
@@ -826,5 +846,5 @@ def build_candidate(task: Task, source: str, backend: BackendName, cfg: BuildCon
     if task.kind == "hgemm":
         return _build_hgemm(source, backend, cfg, allow_library)
     if task.kind == "module":
-        return dataclasses.replace(_build_module(source, backend, cfg, allow_library), path="torch")
+        return _build_module(source, backend, cfg, allow_library)
     raise ValueError(f"unknown task kind {task.kind!r}")

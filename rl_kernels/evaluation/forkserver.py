@@ -4,7 +4,10 @@ a worker for each job.
 Why: a worker started as a new process imports Python, torch and, for a compiled baseline,
 torch.compile's modules for itself: 12-14 s of a core on the H200 host (docs/EVALUATOR.md, run 15),
 more than a job takes, so no number of workers started ahead keeps up with a fast timer.  The server
-pays that once; a fork costs milliseconds and shares the imported pages copy-on-write.
+pays that once; a fork costs milliseconds and shares the imported pages copy-on-write.  On a host
+without a visible CUDA device it also runs torch.compile once (`worker.warm_compiler`); where a
+device is visible it does not, because a compile there initialises the CUDA driver (dynamo saves the
+CUDA RNG state around it) and a worker forked after that could not use the device.
 
 What a forked worker gets is what a worker started as a new process gets (`sandbox.StartedWorker`),
 set up in the child after the fork and before anything of a job exists: its own session and process
@@ -238,7 +241,7 @@ def serve(fd: int, flags: list[str]) -> None:
 
     for name in worker.imports_ahead("--warm-compile" in flags, "--dispatch-tools" in flags):
         importlib.import_module(name)
-    if "--warm-compile" in flags:
+    if "--warm-compile" in flags and not worker.cuda_visible():
         try:
             worker.warm_compiler()
         except Exception:  # noqa: BLE001 - a head start only: each worker's baseline compiles without it
@@ -281,8 +284,9 @@ def _refuse_if_cuda_initialised() -> None:
         return
     count = ctypes.c_int(0)
     if ctypes.CDLL("libcuda.so.1").cuDeviceGetCount(ctypes.byref(count)) != _CUDA_ERROR_NOT_INITIALIZED:
-        sys.stderr.write("rl_kernels fork server: its imports initialised the CUDA driver, so no worker forked "
-                         "from it could use the device; set eval.sandbox.fork_server=false\n")
+        sys.stderr.write("rl_kernels fork server: something it ran before forking (its imports) initialised the "
+                         "CUDA driver, so no worker forked from it could use the device; set "
+                         "eval.sandbox.fork_server=false\n")
         sys.exit(1)
 
 

@@ -479,19 +479,31 @@ def warm_compiler() -> None:
     """Compiles and runs one tiny function on the cpu, single-threaded, once in the fork server:
     torch.compile's first use in a process initialises much (lowerings, graph passes, the code cache)
     that every compiled baseline then needs, and each forked worker inherits it (a kept softmax
-    baseline's first call: 2.3 s -> 0.2 s on the 2-core machine).  Leaves no OpenMP threads (a fork
-    would lose them), no compiled code and no counters behind; never touches the device."""
+    baseline's first call: 2.3 s -> 0.2 s on the 2-core machine).  Compiles in this process
+    (`compile_threads` 1: inductor's pool of compile processes would outlive it as the server's
+    children) and leaves no OpenMP threads (a fork would lose them), no compiled code and no
+    counters behind.  Only where no CUDA device is visible (`cuda_visible`): around every compile
+    dynamo saves and restores the CUDA RNG state when a device is there, which initialises the
+    driver, and no child forked after that could use the device."""
     import torch._dynamo
+    import torch._inductor.config
     from torch._dynamo.utils import counters
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        torch.compile(lambda x: torch.relu(x * 2.0 + 1.0))(torch.ones(8))
+        with torch._inductor.config.patch(compile_threads=1):
+            torch.compile(lambda x: torch.relu(x * 2.0 + 1.0))(torch.ones(8))
     finally:
         torch.set_num_threads(threads)
         torch._dynamo.reset()
         counters.clear()
+
+
+def cuda_visible() -> bool:
+    """Whether this process could use a CUDA device, asked without initialising the driver (NVML:
+    the fork server's environment sets `PYTORCH_NVML_BASED_CUDA_CHECK`)."""
+    return torch.cuda.is_available()
 
 
 def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile: bool,

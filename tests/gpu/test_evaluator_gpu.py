@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,41 @@ def test_a_kernel_with_a_cuda_guard_builds_against_torch(cuda_config: EvalConfig
                                         (CANDIDATES / "honest" / "hgemm_cuda_guard.cu").read_text())
     assert m.rejected is None, m.detail[-1500:]
     assert m.correct and m.extra["build_path"] == "torch"
+
+
+def test_a_module_task_with_a_compiled_baseline_runs_in_a_forked_worker(cuda_config: EvalConfig) -> None:
+    """On a host with a visible device the fork server imports torch.compile's modules but compiles
+    nothing (a compile there initialises the CUDA driver, and a server that did is given up): the
+    worker is forked, and the compiled baseline is compiled in it."""
+    cfg = cuda_config.model_copy(update={"baselines": cuda_config.baselines.model_copy(update={"module": ["compile"]})})
+    evaluator = Evaluator(cfg)
+    task = get_task("builtin/softmax")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)      # a server given up warns
+        m = evaluator.evaluate(task, task.seeds["cuda"])
+    assert m.correct, m.detail[-800:]
+    assert m.extra["forked"], "the fork server was given up on this host"
+    evaluator.close()
+
+
+def test_a_module_cuda_file_builds_against_the_slim_headers_or_falls_back(cuda_config: EvalConfig,
+                                                                         tmp_path: Path) -> None:
+    """The softmax seed's CUDA file compiles against the slim torch headers and is correct; the same
+    seed asking for the device's properties (a declaration the slim headers lack) is built again
+    against torch's own headers and is correct too."""
+    cfg = cuda_config.model_copy(update={"build": cuda_config.build.model_copy(update={"cache_dir": tmp_path}),
+                                         "baselines": cuda_config.baselines.model_copy(update={"module": ["eager"]})})
+    evaluator = Evaluator(cfg)
+    task = get_task("builtin/softmax")
+    seed = task.seeds["cuda"]
+    wider = seed.replace('TORCH_CHECK(x.dim() >= 1', 'TORCH_CHECK(at::cuda::getCurrentDeviceProperties()->warpSize == 32);\n'
+                                                   '    TORCH_CHECK(x.dim() >= 1', 1)
+    assert wider != seed
+    for source, path in ((seed, "slim"), (wider, "torch")):
+        m = evaluator.evaluate(task, source)
+        assert m.correct, m.detail[-1500:]
+        assert m.extra["build_path"] == path, m.extra["build_path"]
+    evaluator.close()
 
 
 def _free_after(settle_s: float = 1.0) -> int:
