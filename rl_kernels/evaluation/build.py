@@ -789,7 +789,8 @@ def _build_module(source: str, backend: BackendName, cfg: BuildConfig, allow_lib
             work, art, ordered, backend, cfg, allow_library, slim))
         return dataclasses.replace(done, path=path)
 
-    if backend == "cuda" and cfg.slim_torch_headers and any(c["cuda_sources"] for c in ordered):
+    cuda_sources = [text for c in ordered for text in c["cuda_sources"]]
+    if backend == "cuda" and cfg.slim_torch_headers and cuda_sources and slim_torch.suits(cuda_sources):
         result = build("slim")
         if not result.ok and slim_torch.TOO_SLIM.search(result.log):
             result = build("torch")

@@ -5,8 +5,10 @@ source on stdin, one JSON object on stdout) with `torch.utils.cpp_extension.load
 by a recorder.  Why a subprocess: top-level code is untrusted and may hang, crash or attack the
 build host; it runs confined like an evaluation (`confine.py`: namespaces, read-only host, a
 seccomp filter before the candidate's first line) and the build then accepts only sources the
-static gate saw.  Why top level only: that is where KernelBench candidates call load_inline, and
-instantiating ModelNew could need a GPU.  The subprocess hides all GPUs (CUDA_VISIBLE_DEVICES="").
+static gate saw.  The top level first: that is where KernelBench candidates call load_inline.
+When it calls none, ModelNew is constructed from the candidate's own `get_init_inputs()` (as
+CUDA-L1's released kernels do, 19 of 70 in their constructor; `_construct`); calls made in forward
+cannot be captured.  The subprocess hides all GPUs (CUDA_VISIBLE_DEVICES="").
 """
 
 from __future__ import annotations
@@ -127,11 +129,40 @@ def _run_candidate(source: str) -> dict[str, Any]:
         return {"ok": False, "error": f"candidate called exit({exc.code}) at import time"}
     except Exception:  # noqa: BLE001 - untrusted code may raise anything; it is reported verbatim
         return {"ok": False, "error": "candidate top-level code raised:\n" + traceback.format_exc(limit=8)}
+    constructed = ""
+    if not calls and not problems:
+        constructed = _construct(module.__dict__)
     if problems:
         return {"ok": False, "error": "\n".join(problems)}
     if not calls:
-        return {"ok": False, "error": "no torch.utils.cpp_extension.load_inline call at module top level"}
+        return {"ok": False, "error": "no torch.utils.cpp_extension.load_inline call at module top level or while "
+                "constructing ModelNew(*get_init_inputs()) (a call made in forward cannot be built ahead of time)"
+                + (f"; constructing it: {constructed}" if constructed else "")}
     return {"ok": True, "calls": calls}
+
+
+def _construct(namespace: dict[str, Any]) -> str:
+    """Constructs the candidate's ModelNew from its own get_init_inputs(), as on the GPU, so the
+    load_inline calls its constructor makes are recorded too.  `torch.cuda.is_available()` says
+    True meanwhile: the evaluation runs on the device, and candidates often build their extension
+    only when it is there.  Returns "" or why construction stopped (calls recorded before that
+    count: the evaluation constructs the model again, with the built extensions)."""
+    import torch
+
+    model_new, init_inputs = namespace.get("ModelNew"), namespace.get("get_init_inputs")
+    if not callable(model_new) or not callable(init_inputs):
+        return "the candidate defines no ModelNew and get_init_inputs() to construct it with"
+    available = torch.cuda.is_available
+    torch.cuda.is_available = lambda: True
+    try:
+        model_new(*init_inputs())
+    except SystemExit as exc:
+        return f"it called exit({exc.code})"
+    except Exception as exc:  # noqa: BLE001 - untrusted code may raise anything; it is reported
+        return f"{type(exc).__name__}: {exc}"[:500]
+    finally:
+        torch.cuda.is_available = available
+    return ""
 
 
 def main() -> None:

@@ -499,13 +499,68 @@ class _PythonChecker(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _own_nodes(fn: ast.AST) -> list[ast.AST]:
+    """The nodes of a function's body, not those of the functions, lambdas and classes inside it."""
+    found: list[ast.AST] = []
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo += ast.iter_child_nodes(node)
+    return found
+
+
+def _bound_names(node: ast.AST) -> list[str]:
+    """The names a statement or expression binds in its scope."""
+    if isinstance(node, ast.Assign):
+        targets: list[ast.AST] = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, (ast.With, ast.AsyncWith)):
+        targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+    else:
+        return []
+    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+
+
+def _scoped_constants(tree: ast.Module, module: dict[str, object]) -> dict[int, dict[str, object]]:
+    """For each call inside a function (by id), the constants its arguments may name: the module's,
+    and the strings of literals the function assigns to a name exactly once (released KernelBench
+    solutions often define their CUDA source in the constructor that builds it).  A name the
+    function binds any other way is not a constant there."""
+    scopes: dict[int, dict[str, object]] = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        own = _own_nodes(fn)
+        counts: dict[str, int] = {}
+        for node in own:
+            for name in _bound_names(node):
+                counts[name] = counts.get(name, 0) + 1
+        local = {k: v for k, v in module.items() if k not in counts}
+        assigns = sorted((n for n in own if isinstance(n, ast.Assign)), key=lambda n: (n.lineno, n.col_offset))
+        for node in assigns:
+            target = node.targets[0] if len(node.targets) == 1 else None
+            if isinstance(target, ast.Name) and counts[target.id] == 1:
+                text = _literal_string(node.value, local)
+                if text is not None:
+                    local[target.id] = text
+        for node in own:
+            if isinstance(node, ast.Call):
+                scopes[id(node)] = local
+    return scopes
+
+
 def _native_sources(tree: ast.Module, aliases: _Aliases) -> tuple[list[_Native], list[Finding]]:
     """Source strings of every load_inline call, plus findings for non-literal sources/flags."""
     natives: list[_Native] = []
     findings: list[Finding] = []
+    scopes = _scoped_constants(tree, aliases.constants)
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and aliases.resolve(node.func) == _LOAD_INLINE):
             continue
+        constants = scopes.get(id(node), aliases.constants)
         args: dict[str, ast.expr] = {kw.arg: kw.value for kw in node.keywords if kw.arg}
         for slot, name in enumerate(_NATIVE_KWARGS, start=1):
             if len(node.args) > slot:
@@ -513,14 +568,15 @@ def _native_sources(tree: ast.Module, aliases: _Aliases) -> tuple[list[_Native],
         for name in _NATIVE_KWARGS:
             if name not in args or (isinstance(args[name], ast.Constant) and args[name].value is None):
                 continue
-            texts = _literal_strings(args[name], aliases.constants)
+            texts = _literal_strings(args[name], constants)
             if texts is None:
                 findings.append(Finding(Reason.DYNAMIC_CODE, name, node.lineno, "python",
-                                        "load_inline sources must be string literals or module constants"))
+                                        "load_inline sources must be string literals, or names the module or "
+                                        "the calling function assigns a literal once"))
                 continue
             line = getattr(args[name], "lineno", node.lineno)
             natives += [_Native(name, i, t, line) for i, t in enumerate(texts)]
-        findings += _check_flags(node, args, aliases.constants)
+        findings += _check_flags(node, args, constants)
         if "build_directory" in args:
             findings.append(Finding(Reason.FILE_ACCESS, "build_directory", node.lineno, "python",
                                     "the evaluator chooses where extensions are built"))

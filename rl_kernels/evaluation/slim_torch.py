@@ -19,7 +19,9 @@ never sets it).  Every declaration is torch's own, so what compiles calls the sa
 same libraries: the artifact is the one the full headers give.
 
 What does not compile against them (a header or name they lack, see `TOO_SLIM`) is built again
-against torch's own headers (`Build.path` "torch"); a candidate's own compile error is not.
+against torch's own headers (`Build.path` "torch"); a candidate's own compile error is not.  A CUDA
+file that defines its Python module or handles Python objects (`suits`) goes to torch's headers
+from the start.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ TOO_SLIM = re.compile(
     r"|name followed by \"::\" must be a class or namespace name"
     r"|no instance of (?:overloaded )?function \"(?:at|c10|torch)::"
     r"|operand types are: [^\n]*\b(?:at|c10)::\w+"
+    r"|incomplete (?:class |type )*\"(?:at|c10|torch)::"
     r"|fatal error: (?:c10|ATen|torch|pybind11)/[\w/.]+: No such file or directory")
+
+# A CUDA file that defines the Python module itself, or handles Python objects, needs torch/python.h.
+_NEEDS_PYTHON = re.compile(r"\bPYBIND11_\w+|\bpy::|\bpybind11\b")
 
 _PRELUDE = """#pragma once
 // rl_kernels' slim torch headers (rl_kernels/evaluation/slim_torch.py): torch's own declarations,
@@ -86,6 +92,12 @@ _PRELUDE_NAME = "rlk_slim_torch.h"
 _QUALIFIED = re.compile(r"\b(?:torch|at)\s*::\s*([a-z_][a-z0-9_]*)\s*(?:<[^;{}()]*>\s*)?\(")
 
 
+def suits(sources: list[str]) -> bool:
+    """False for CUDA sources that need Python (a `PYBIND11_MODULE` of their own, `py::` objects):
+    those are built against torch's own headers from the start."""
+    return not any(_NEEDS_PYTHON.search(text) for text in sources)
+
+
 def operators_named(sources: list[str], include_roots: list[str]) -> list[str]:
     """The ATen operators `sources` call as `torch::NAME(...)` or `at::NAME(...)`: those with a
     declaration header `ATen/ops/NAME.h` under one of `include_roots`."""
@@ -107,4 +119,4 @@ def write_headers(dest: Path, sources: list[str], include_roots: list[str]) -> N
 
 def digest() -> str:
     """What the slim headers are made of (a build's cache key includes it)."""
-    return hashlib.sha256("\0".join([_PRELUDE, *SHADOWED, _QUALIFIED.pattern]).encode()).hexdigest()[:16]
+    return hashlib.sha256("\0".join([_PRELUDE, *SHADOWED, _QUALIFIED.pattern, _NEEDS_PYTHON.pattern]).encode()).hexdigest()[:16]

@@ -46,6 +46,39 @@ def test_capture_hides_gpus_and_does_not_instantiate_the_model(tmp_path: Path) -
     assert cap.calls[0]["functions"] == {"f": "f"}
 
 
+_BUILT_IN_CONSTRUCTOR = (
+    "import torch\n"
+    "from torch.utils.cpp_extension import load_inline\n"
+    "class ModelNew(torch.nn.Module):\n"
+    "    def __init__(self, n):\n"
+    "        super().__init__()\n"
+    "        self.w = torch.nn.Parameter(torch.ones(n))\n"
+    "        if torch.cuda.is_available():\n"
+    "            self.ext = load_inline('e', cpp_sources='int f() { return 1; }', functions='f')\n"
+    "            self.w.data = self.w.data.cuda()\n"
+    "    def forward(self, x):\n"
+    "        return self.ext.f()\n"
+    "def get_init_inputs():\n"
+    "    return [3]\n"
+)
+
+
+def test_capture_records_the_calls_the_constructor_makes_where_a_gpu_is(tmp_path: Path) -> None:
+    """No call at top level: ModelNew is constructed from the candidate's get_init_inputs(), as on
+    the device (CUDA-L1's released kernels build their extension there); what the constructor
+    recorded counts even though it then failed on the GPU-less build host."""
+    cap = _capture(_BUILT_IN_CONSTRUCTOR, _cfg(tmp_path))
+    assert cap.calls is not None, cap.error
+    assert [c["name"] for c in cap.calls] == ["e"]
+
+
+def test_a_call_made_only_in_forward_is_malformed_and_says_so(tmp_path: Path) -> None:
+    source = _BUILT_IN_CONSTRUCTOR.replace("        if torch.cuda.is_available():\n", "        if False:\n")
+    build = build_candidate(MODULE_TASK, source, "cpu", _cfg(tmp_path))
+    assert not build.ok and build.reason == "malformed"
+    assert "constructing ModelNew(*get_init_inputs())" in build.log and "forward" in build.log
+
+
 @pytest.mark.parametrize("source, message", [
     ("import torch\nx = 1\n", "no torch.utils.cpp_extension.load_inline call"),
     ("from torch.utils.cpp_extension import load\next = load(name='e', sources=['e.cpp'])\n", "load_inline"),

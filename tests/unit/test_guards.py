@@ -404,6 +404,39 @@ def test_non_literal_native_source_rejected() -> None:
     assert static_check(MODULE_TASK, source, "cuda").reason is Reason.DYNAMIC_CODE
 
 
+def _built_in_constructor(body: str) -> str:
+    """The module above with its extension built in ModelNew's constructor, as CUDA-L1's released
+    solutions do; `body` replaces the constructor's source assignment."""
+    source = _MODULE.replace("ext = load_inline(", "_unused = dict(").replace("self.ext = ext", (
+        body + "\n        self.ext = load_inline(name='m', cpp_sources='torch::Tensor relu(torch::Tensor x);', "
+        "cuda_sources=src, functions=['relu'])"))
+    return source.replace("FORWARD", "return self.ext.relu(x)").replace("INIT", "pass").replace("PRELUDE", "")
+
+
+def test_a_source_the_constructor_assigns_once_is_seen_and_scanned() -> None:
+    source = _built_in_constructor("src = cuda_src + '// built here'")
+    assert static_check(MODULE_TASK, source, "cuda").ok
+    assert any(text.endswith("// built here") for text in extract_native_sources(source))
+    spawning = source.replace("// built here", "void spawn() { std::thread t([]{}); }")
+    assert static_check(MODULE_TASK, spawning, "cuda").reason is Reason.THREAD_SPAWN
+
+
+@pytest.mark.parametrize("body", [
+    "src = cuda_src\n        src = src + '// more'",                         # assigned twice
+    "src = cuda_src.upper()",                                                # not a literal
+    "for src in [cuda_src]:\n            pass",                             # bound by a loop
+])
+def test_a_source_the_constructor_computes_is_dynamic_code(body: str) -> None:
+    assert static_check(MODULE_TASK, _built_in_constructor(body), "cuda").reason is Reason.DYNAMIC_CODE
+
+
+def test_a_function_local_name_hides_the_module_constant_of_that_name() -> None:
+    """`cuda_src` is a module constant, but the constructor binds its own: the gate must not scan
+    the module's text in its place."""
+    body = "cuda_src = ''.join(['x'])\n        src = cuda_src"
+    assert static_check(MODULE_TASK, _built_in_constructor(body), "cuda").reason is Reason.DYNAMIC_CODE
+
+
 def test_native_code_of_module_is_scanned_with_location() -> None:
     source = _MODULE.replace("auto y = torch::empty_like(x);", "auto y = torch::empty_like(x);\n  std::thread t([]{});")
     source = source.replace("FORWARD", "return self.ext.relu(x)").replace("INIT", "pass").replace("PRELUDE", "")

@@ -46,6 +46,12 @@ def test_the_operators_a_file_calls_are_declared_and_nothing_else() -> None:
     assert slim_torch.operators_named([source], ROOTS) == ["empty_like", "zeros"]
 
 
+def test_a_file_that_is_its_own_python_module_goes_to_torchs_headers() -> None:
+    assert slim_torch.suits([KERNEL_FILE])
+    assert not slim_torch.suits([KERNEL_FILE + "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"run\", &run); }\n"])
+    assert not slim_torch.suits(["py::object f();"])
+
+
 def test_every_header_a_kernel_file_includes_for_torch_is_the_slim_one(tmp_path: Path) -> None:
     slim_torch.write_headers(tmp_path, [KERNEL_FILE], ROOTS)
     for name in slim_torch.SHADOWED:
