@@ -301,6 +301,7 @@ class _PythonChecker(ast.NodeVisitor):
         self.allow = allow_torch_ops
         self.findings: list[Finding] = []
         self.in_init = False
+        self.local_names: set[str] = set()   # names the enclosing function binds (they hide builtins)
         self.torch_layers: set[str] = set()  # self.X holding an nn layer or a torch function
 
     def _add(self, reason: Reason, node: ast.AST, token: str, why: str) -> None:
@@ -328,14 +329,34 @@ class _PythonChecker(ast.NodeVisitor):
             self._add(reason, node, module, "import outside the allowlist")
 
     # definitions -------------------------------------------------------------------------------
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._check_def_name(node, node.name)
-        outer = self.in_init
+        self._visit_outside(node.args, node.decorator_list, node.returns)
+        outer = self.in_init, self.local_names
         self.in_init = node.name == "__init__"
-        self.generic_visit(node)
-        self.in_init = outer
+        self.local_names = _function_locals(node)
+        for statement in node.body:
+            self.visit(statement)
+        self.in_init, self.local_names = outer
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._visit_outside(node.args, [], None)
+        outer = self.local_names
+        self.local_names = _function_locals(node)
+        self.visit(node.body)
+        self.local_names = outer
+
+    def _visit_outside(self, args: ast.arguments, decorators: list[ast.expr], returns: ast.expr | None) -> None:
+        """What a def evaluates where it is defined, not in its own scope: decorators, defaults and
+        annotations (a default `open=open` is the builtin, whatever the parameter is named)."""
+        parts: list[ast.AST | None] = [*decorators, *args.defaults, *args.kw_defaults, returns]
+        parts += [a.annotation for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg)
+                  if a is not None]
+        for part in parts:
+            if part is not None:
+                self.visit(part)
 
     def _check_def_name(self, node: ast.AST, name: str) -> None:
         if name in ("__torch_function__", "__torch_dispatch__"):
@@ -359,7 +380,7 @@ class _PythonChecker(ast.NodeVisitor):
 
     # names and attributes ----------------------------------------------------------------------
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id in BANNED_BUILTINS and node.id not in self.aliases.names:
+        if node.id in BANNED_BUILTINS and node.id not in self.aliases.names and node.id not in self.local_names:
             self._add(BANNED_BUILTINS[node.id], node, node.id, "banned builtin")
         elif isinstance(node.ctx, ast.Store) and _is_dunder(node.id) and node.id not in ALLOWED_DUNDERS:
             reason = Reason.TENSOR_SUBCLASS if "torch" in node.id else Reason.DYNAMIC_CODE
@@ -522,6 +543,17 @@ def _bound_names(node: ast.AST) -> list[str]:
     else:
         return []
     return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+
+
+def _function_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    """The names local to a function: its parameters and what its own body binds, less the names
+    it declares global or nonlocal.  A parameter named `input` is not the builtin."""
+    args = fn.args
+    names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None}
+    own = _own_nodes(fn) if not isinstance(fn, ast.Lambda) else []
+    names |= {name for node in own for name in _bound_names(node)}
+    declared = {name for node in own if isinstance(node, (ast.Global, ast.Nonlocal)) for name in node.names}
+    return names - declared
 
 
 def _scoped_constants(tree: ast.Module, module: dict[str, object]) -> dict[int, dict[str, object]]:

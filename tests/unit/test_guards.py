@@ -398,6 +398,26 @@ def test_python_banned_constructs(prelude: str, reason: Reason) -> None:
     assert verdict.reason is reason, verdict.detail
 
 
+@pytest.mark.parametrize("prelude", [
+    "def helper(input):\n    return input * 2",
+    "def helper(x):\n    input = x.contiguous()\n    return input",
+    "scale = lambda input: input * 2",
+])
+def test_a_local_named_like_a_builtin_is_not_the_builtin(prelude: str) -> None:
+    verdict = _module(prelude=prelude)
+    assert verdict.ok, verdict.detail
+
+
+@pytest.mark.parametrize("prelude", [
+    "def helper(x, open=open):\n    return open",                      # the default is the builtin
+    "def helper(x):\n    return input",                                 # not bound here
+    "def helper(x):\n    global open\n    open = 1\n    return open",  # declared global
+    "def helper(x, reader=lambda: input()):\n    return reader",
+])
+def test_the_builtin_is_refused_wherever_the_name_is_not_local(prelude: str) -> None:
+    assert _module(prelude=prelude).reason is Reason.FILE_ACCESS
+
+
 def test_non_literal_native_source_rejected() -> None:
     source = _MODULE.replace("cuda_sources=cuda_src", "cuda_sources=cuda_src.replace('x', 'x')")
     source = source.replace("FORWARD", "return self.ext.relu(x)").replace("INIT", "pass").replace("PRELUDE", "")
