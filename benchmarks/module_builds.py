@@ -26,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from eval_throughput import quantile  # noqa: E402
 from rl_kernels.config import load_config  # noqa: E402
 from rl_kernels.evaluation.build import build_candidate  # noqa: E402
 from rl_kernels.tasks import get_task, load_suite  # noqa: E402
@@ -75,12 +76,10 @@ def main() -> int:
                 rows.append({"path": path, "task": task.id, "seconds": seconds, "headers": build.path,
                              "outcome": _outcome(build)})
                 print(f"{path} {task.id}: {seconds:.1f} s, headers {build.path}, {_outcome(build)}", flush=True)
-            ordered = sorted(times)
-            p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
             ended = {h: sum(1 for r in rows if r["path"] == path and r["headers"] == h) for h in ("slim", "torch")}
             outcomes = sorted({r["outcome"] for r in rows if r["path"] == path})
             rows.append({"path": path, "summary": True, "builds": len(times), "median_s": statistics.median(times),
-                         "p90_s": p90, "ended_on": ended, "outcomes": outcomes})
+                         "p90_s": quantile(times, 0.9), "ended_on": ended, "outcomes": outcomes})
     print("| path | builds | median s | p90 s | ended on slim / torch headers | outcomes |")
     print("|---|---|---|---|---|---|")
     for r in rows:

@@ -701,7 +701,6 @@ def _module_edges(call: dict, files: dict[str, str], backend: BackendName, cfg: 
 def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backend: BackendName,
                            cfg: BuildConfig, allow_library: bool, slim: bool) -> _Outcome:
     import torch
-    from torch.utils import cpp_extension
 
     can_link = backend == "cpu" or torch.version.cuda is not None
     edges: list[ninja.Edge] = []
@@ -720,8 +719,7 @@ def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backen
         else:
             pch_dirs.add(str(pch.parent))
         if slim and with_cuda:
-            slim_torch.write_headers(work / call["name"] / "slim", call["cuda_sources"],
-                                     list(cpp_extension.include_paths("cpu")))
+            slim_torch.write_headers(work / call["name"] / "slim", call["cuda_sources"], _torch_include_dirs(False, cfg))
         ext_edges, _ = _module_edges(call, files, backend, cfg, pch, link=can_link, slim=slim and with_cuda)
         edges += ext_edges
         manifest[call["name"]] = {"file": f"{call['name']}.so", "sha256": sources_digest(files)}

@@ -520,10 +520,11 @@ class _PythonChecker(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def _own_nodes(fn: ast.AST) -> list[ast.AST]:
-    """The nodes of a function's body, not those of the functions, lambdas and classes inside it."""
+def _own_nodes(scope: ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[ast.AST]:
+    """The nodes of a scope's body, not those of the functions, lambdas and classes inside it (nor a
+    function's decorators and defaults, which its enclosing scope evaluates)."""
     found: list[ast.AST] = []
-    todo = list(ast.iter_child_nodes(fn))
+    todo: list[ast.AST] = list(scope.body) if isinstance(scope.body, list) else [scope.body]
     while todo:
         node = todo.pop()
         found.append(node)
@@ -550,37 +551,55 @@ def _function_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) ->
     it declares global or nonlocal.  A parameter named `input` is not the builtin."""
     args = fn.args
     names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None}
-    own = _own_nodes(fn) if not isinstance(fn, ast.Lambda) else []
+    own = _own_nodes(fn)
     names |= {name for node in own for name in _bound_names(node)}
     declared = {name for node in own if isinstance(node, (ast.Global, ast.Nonlocal)) for name in node.names}
     return names - declared
 
 
 def _scoped_constants(tree: ast.Module, module: dict[str, object]) -> dict[int, dict[str, object]]:
-    """For each call inside a function (by id), the constants its arguments may name: the module's,
-    and the strings of literals the function assigns to a name exactly once (released KernelBench
-    solutions often define their CUDA source in the constructor that builds it).  A name the
-    function binds any other way is not a constant there."""
+    """For each call (by id), the constants its arguments may name: those of the scopes it can see
+    (the module's, an enclosing function's), and the strings of literals its own
+    function assigns to a local name exactly once (released KernelBench solutions often define their
+    CUDA source in the constructor that builds it).  A name the function binds any other way
+    (a parameter, a loop, a second assignment) is not a constant there, whatever the module's is."""
     scopes: dict[int, dict[str, object]] = {}
-    for fn in ast.walk(tree):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
+
+    def enter(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, visible: dict[str, object]) -> None:
         own = _own_nodes(fn)
+        local_names = _function_locals(fn)
         counts: dict[str, int] = {}
         for node in own:
             for name in _bound_names(node):
                 counts[name] = counts.get(name, 0) + 1
-        local = {k: v for k, v in module.items() if k not in counts}
-        assigns = sorted((n for n in own if isinstance(n, ast.Assign)), key=lambda n: (n.lineno, n.col_offset))
-        for node in assigns:
+        local = {k: v for k, v in visible.items() if k not in local_names}
+        for node in sorted((n for n in own if isinstance(n, ast.Assign)), key=lambda n: (n.lineno, n.col_offset)):
             target = node.targets[0] if len(node.targets) == 1 else None
-            if isinstance(target, ast.Name) and counts[target.id] == 1:
+            if isinstance(target, ast.Name) and target.id in local_names and counts[target.id] == 1:
                 text = _literal_string(node.value, local)
                 if text is not None:
                     local[target.id] = text
-        for node in own:
+        nested(own, local)
+
+    def nested(nodes: list[ast.AST], visible: dict[str, object]) -> None:
+        """Calls among `nodes` see `visible`; the functions among them are entered; a class body's
+        calls see `visible` less the names the body binds, and its methods see `visible` (a class
+        body is not a scope its methods can read)."""
+        for node in nodes:
             if isinstance(node, ast.Call):
-                scopes[id(node)] = local
+                scopes[id(node)] = visible
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                enter(node, visible)
+            elif isinstance(node, ast.ClassDef):
+                body = _own_nodes(node)
+                bound = {name for n in body for name in _bound_names(n)}
+                in_body = {k: v for k, v in visible.items() if k not in bound}
+                for n in body:
+                    if isinstance(n, ast.Call):
+                        scopes[id(n)] = in_body
+                nested([n for n in body if not isinstance(n, ast.Call)], visible)
+
+    nested(_own_nodes(tree), module)
     return scopes
 
 

@@ -398,6 +398,27 @@ def test_python_banned_constructs(prelude: str, reason: Reason) -> None:
     assert verdict.reason is reason, verdict.detail
 
 
+_MAKE = "load_inline(name='m2', cpp_sources='torch::Tensor relu(torch::Tensor x);', cuda_sources=src, functions=['relu'])"
+
+
+@pytest.mark.parametrize("prelude", [
+    f"src = '// module'\ndef make(src):\n    return {_MAKE}",                              # a parameter
+    f"src = '// module'\ndef make():\n    src = ''.join(['x'])\n    def inner():\n        return {_MAKE}\n"
+    "    return inner()",                                                                     # the closure's
+])
+def test_a_name_a_function_or_its_closure_binds_is_not_the_module_constant(prelude: str) -> None:
+    """`src` is a module constant here, but the call reads a parameter, or the enclosing function's
+    own `src`: the gate must not scan the module's text in their place."""
+    assert _module(prelude=prelude).reason is Reason.DYNAMIC_CODE
+
+
+def test_a_literal_the_enclosing_function_assigns_once_is_seen_in_its_closure() -> None:
+    prelude = f"def make():\n    src = cuda_src + '// outer'\n    def inner():\n        return {_MAKE}\n    return inner()"
+    source = _MODULE.replace("FORWARD", "return self.ext.relu(x)").replace("INIT", "pass").replace("PRELUDE", prelude)
+    assert static_check(MODULE_TASK, source, "cuda").ok
+    assert any(text.endswith("// outer") for text in extract_native_sources(source))
+
+
 @pytest.mark.parametrize("prelude", [
     "def helper(input):\n    return input * 2",
     "def helper(x):\n    input = x.contiguous()\n    return input",
