@@ -73,7 +73,7 @@ def run_path(cfg: EvalConfig, task_id: str, path: str, repeats: int,
         runs.append((time.monotonic() - t0, m))
         phases = " ".join(f"{p} {v:.2f}" for p, v in m.extra.get("phase_s", {}).items())
         print(f"{task_id} {path} {i + 1}/{repeats}: {runs[-1][0]:.2f} s, {m.rejected or 'correct'}, "
-              f"workers {m.extra.get('workers')}, started {m.extra.get('prestart_s', '-')} s before; {phases}",
+              f"workers {m.extra.get('workers')}, forked {m.extra.get('forked', '-')}, started {m.extra.get('prestart_s', '-')} s before; {phases}",
               flush=True)
     evaluator.close()
     return runs
@@ -100,13 +100,14 @@ def summarise(runs: list[tuple[float, Measurement]]) -> dict[str, Any]:
         "checked_and_timed_fraction": statistics.median(checked),
         "correct": len(correct), "remeasured": sum(len(m.extra.get("workers", [])) > 1 for _, m in runs),
         "speedups": [m.speedup for m in correct], "workers": workers,
+        "forked": sum(bool(m.extra.get("forked")) for _, m in runs),
     }
 
 
 def header() -> str:
     return ("| task | path | evaluations/min | median s | p90 s | " + " | ".join(f"{p} (median/p90)" for p in PHASES)
-            + " | worker start before its job | timed calls | correctness+timing phases | speedup median (min-max) | correct |\n"
-            + "|---" * (10 + len(PHASES)) + "|")
+            + " | worker start before its job | timed calls | correctness+timing phases | speedup median (min-max) | correct | forked |\n"
+            + "|---" * (11 + len(PHASES)) + "|")
 
 
 def row(r: dict[str, Any]) -> str:
@@ -117,7 +118,7 @@ def row(r: dict[str, Any]) -> str:
     return (f"| {r['task']} | {r['path']} | {r['per_minute']:.1f} | {r['median_s']:.2f} | {r['p90_s']:.2f} | "
             + " | ".join(f"{r['phases_median'][p]:.2f}/{r['phases_p90'][p]:.2f}" for p in PHASES)
             + f" | {pre} | {timed} | {100 * r['checked_and_timed_fraction']:.0f}% | {speed} | "
-            f"{r['correct']}/{r['evaluations']} |")
+            f"{r['correct']}/{r['evaluations']} | {r['forked']}/{r['evaluations']} |")
 
 
 def main() -> int:

@@ -95,7 +95,7 @@ class Evaluator:
         self._dispatch_tools = self._dispatch_tools or self._uses_dispatch_tools(job)
         spec = sandbox.WorkerSpec(self.cfg.backend, self.cfg.sandbox, self._threads(), tuple(self._readable(job)),
                                   tuple(self._hidden()), kept.workdir if kept else None,
-                                  warm_compile="compile" in self.cfg.baselines.module,
+                                  warm_compile=self._compiles_baseline(job),
                                   dispatch_tools=self._dispatch_tools)
         worker, why = self.standby.take(spec)
         beside = self.cfg.sandbox.prestart == "beside_job"
@@ -110,6 +110,13 @@ class Evaluator:
         if worker is None and why != "none":
             res.worker = f"fresh (the started worker: {why})"
         return res, host_wait_s
+
+    def _compiles_baseline(self, job: dict[str, Any]) -> bool:
+        """Whether the job's worker may compile a baseline with torch.compile (a module task with
+        `compile` among the module baselines): only then does it import torch.compile's modules
+        ahead, and only then does its fork server compile once to warm them (seconds of a core
+        that an hgemm job would pay for nothing)."""
+        return job["task"]["kind"] == "module" and "compile" in self.cfg.baselines.module
 
     def _uses_dispatch_tools(self, job: dict[str, Any]) -> bool:
         """Whether the job records the candidate's ATen ops or its kernel launches."""
