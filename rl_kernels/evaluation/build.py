@@ -538,6 +538,35 @@ class _Capture:
 
 
 def _capture(source: str, cfg: BuildConfig) -> _Capture:
+    """The candidate's load_inline calls: what an earlier capture of the same source found (kept in
+    the cache dir), or what `_run_capture` finds now.  The same source is built more than once (the
+    compile pool, then `rl-kernels eval` or a test on the same cache; a policy emitting the same
+    kernel again), and each capture is a process that imports torch (~3 s on 2 cores).  Only calls
+    are kept: a failure (a timeout, a killed top level) is found again, never served from here."""
+    material = {"source": source, "capture": _capture_code_digest(), **_torch_identity()}
+    path = Path(cfg.cache_dir) / "captures" / f"{_key(material)}.json"
+    try:
+        return _Capture(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        pass
+    cap = _run_capture(source, cfg)
+    if cap.calls is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(cap.calls))
+        tmp.replace(path)
+    return cap
+
+
+@functools.cache
+def _capture_code_digest() -> str:
+    """The recorder's own code: a capture kept by an older recorder is not reused."""
+    from rl_kernels.evaluation import capture
+
+    return hashlib.sha256(Path(capture.__file__).read_bytes()).hexdigest()
+
+
+def _run_capture(source: str, cfg: BuildConfig) -> _Capture:
     """Runs the candidate's top level in a confined, GPU-less subprocess and returns its load_inline calls."""
     scratch = Path(tempfile.mkdtemp(prefix="rlk-capture-")).resolve()
     try:

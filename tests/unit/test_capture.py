@@ -10,6 +10,7 @@ from torch.utils import cpp_extension
 
 from rl_kernels.config import BuildConfig
 from rl_kernels.evaluation.artifact import generate_inline_sources
+from rl_kernels.evaluation import build
 from rl_kernels.evaluation.build import _capture, build_candidate
 from rl_kernels.types import Task
 
@@ -70,6 +71,24 @@ def test_capture_records_the_calls_the_constructor_makes_where_a_gpu_is(tmp_path
     cap = _capture(_BUILT_IN_CONSTRUCTOR, _cfg(tmp_path))
     assert cap.calls is not None, cap.error
     assert [c["name"] for c in cap.calls] == ["e"]
+
+
+def test_a_capture_is_kept_per_source_and_a_failed_one_is_not(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same source is captured once per cache dir: the second build of it starts no process.
+    A capture that failed is run again (a timeout may be the host's, not the source's)."""
+    source = (SRC / "module_cpu.py").read_text()
+    runs: list[str] = []
+    real = build._run_capture
+    monkeypatch.setattr(build, "_run_capture", lambda src, cfg: runs.append(src) or real(src, cfg))
+    first = _capture(source, _cfg(tmp_path))
+    again = _capture(source, _cfg(tmp_path))
+    assert first.calls is not None and again.calls == first.calls and len(runs) == 1
+    assert _capture(source + "\n# another source\n", _cfg(tmp_path)).calls == first.calls and len(runs) == 2
+    assert _capture(source, _cfg(tmp_path / "elsewhere")).calls == first.calls and len(runs) == 3
+    failing = "raise ValueError('boom')\n"
+    assert _capture(failing, _cfg(tmp_path)).calls is None and _capture(failing, _cfg(tmp_path)).calls is None
+    assert len(runs) == 5
 
 
 def test_a_call_made_only_in_forward_is_malformed_and_says_so(tmp_path: Path) -> None:
