@@ -113,6 +113,10 @@ BANNED_ATTRIBUTES: dict[str, Reason] = {
     "_make_subclass": Reason.TENSOR_SUBCLASS, "_make_wrapper_subclass": Reason.TENSOR_SUBCLASS,
     "as_subclass": Reason.TENSOR_SUBCLASS,
 }
+# Private torch functions a candidate may call: pure arithmetic on a tensor's shape, which weight
+# initialisation copied from nn.Linear / nn.ConvNd calls (6 of CUDA-L1's 70 released H100 kernels).
+TORCH_PRIVATE_HELPERS: frozenset[str] = frozenset(
+    {"torch.nn.init._calculate_fan_in_and_fan_out", "torch.nn.init._calculate_correct_fan"})
 # Torch paths that are not compute: allocation, dtypes/devices, queries, module plumbing.  Any
 # other torch path outside `__init__` is torch compute (`no_custom_kernel` unless allowed).
 TORCH_NON_COMPUTE: frozenset[str] = frozenset(
@@ -414,6 +418,8 @@ class _PythonChecker(ast.NodeVisitor):
                 elif not self.allow:
                     self._add(Reason.NO_CUSTOM_KERNEL, node, path, "torch-level rewrite instead of a kernel")
                 return
+        if path in TORCH_PRIVATE_HELPERS:
+            return      # shape arithmetic: neither private machinery nor compute
         if any(p.startswith("_") and not _is_dunder(p) for p in path.split(".")):
             self._add(Reason.DYNAMIC_CODE, node, path, "private torch API")
         elif not self.allow and not self.in_init and not self._non_compute(path):
@@ -543,7 +549,19 @@ def _bound_names(node: ast.AST) -> list[str]:
         targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
     else:
         return []
-    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return [name for t in targets for name in _target_names(t)]
+
+
+def _target_names(target: ast.AST) -> list[str]:
+    """The names an assignment target binds: `x`, those in `(x, *y)`; not the object of `x.attr` or
+    `x[i]` (storing into an object does not bind its name)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for elt in target.elts for name in _target_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return []
 
 
 def _function_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
@@ -557,22 +575,71 @@ def _function_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) ->
     return names - declared
 
 
+def _attribute_stores(tree: ast.Module) -> dict[str, int]:
+    """How often the module stores (or deletes) each attribute name, on any object: `x.NAME = ...`,
+    `setattr(x, "NAME", ...)`, and `NAME = ...` in a class body (a class attribute an instance
+    reads through `self.NAME`)."""
+    counts: dict[str, int] = {}
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names = [node.attr]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr")
+              and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            names = [node.args[1].value]
+        elif isinstance(node, ast.ClassDef):
+            names = [name for n in _own_nodes(node) for name in _bound_names(n)]
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _instance_constants(cls: ast.ClassDef, visible: dict[str, object], stores: dict[str, int]) -> dict[str, str]:
+    """The literal strings a method of `cls` stores on its instance (`self.NAME = "..."`) where that
+    is the module's only store of NAME: every method reads the same text through `self.NAME`
+    (CUDA-L1's released kernels keep their CUDA source in an attribute set in the constructor)."""
+    found: dict[str, str] = {}
+    for method in cls.body:
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or not method.args.args:
+            continue
+        me = method.args.args[0].arg
+        own = _own_nodes(method)
+        if any(me in _bound_names(node) for node in own):
+            continue   # `self` rebound in the method: its attributes are another object's
+        for node in own:
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+            if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == me
+                    and stores.get(target.attr) == 1):
+                text = _literal_string(node.value, visible)
+                if text is not None:
+                    found[target.attr] = text
+    return found
+
+
 def _scoped_constants(tree: ast.Module, module: dict[str, object]) -> dict[int, dict[str, object]]:
     """For each call (by id), the constants its arguments may name: those of the scopes it can see
-    (the module's, an enclosing function's), and the strings of literals its own
+    (the module's, an enclosing function's), the strings of literals its own
     function assigns to a local name exactly once (released KernelBench solutions often define their
-    CUDA source in the constructor that builds it).  A name the function binds any other way
-    (a parameter, a loop, a second assignment) is not a constant there, whatever the module's is."""
+    CUDA source in the constructor that builds it), and in a method, as `SELF.NAME` (SELF its first
+    parameter), the literals its class stores on the instance once (`_instance_constants`).  A name
+    the function binds any other way (a parameter, a loop, a second assignment) is not a constant
+    there, whatever the module's is."""
     scopes: dict[int, dict[str, object]] = {}
+    stores = _attribute_stores(tree)
 
-    def enter(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, visible: dict[str, object]) -> None:
+    def enter(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, visible: dict[str, object],
+              instance: dict[str, str] | None = None) -> None:
         own = _own_nodes(fn)
         local_names = _function_locals(fn)
         counts: dict[str, int] = {}
         for node in own:
             for name in _bound_names(node):
                 counts[name] = counts.get(name, 0) + 1
-        local = {k: v for k, v in visible.items() if k not in local_names}
+        local = {k: v for k, v in visible.items() if k.split(".")[0] not in local_names}
+        if instance and isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.args.args:
+            me = fn.args.args[0].arg
+            if me not in counts:
+                local.update({f"{me}.{name}": text for name, text in instance.items()})
         for node in sorted((n for n in own if isinstance(n, ast.Assign)), key=lambda n: (n.lineno, n.col_offset)):
             target = node.targets[0] if len(node.targets) == 1 else None
             if isinstance(target, ast.Name) and target.id in local_names and counts[target.id] == 1:
@@ -581,15 +648,16 @@ def _scoped_constants(tree: ast.Module, module: dict[str, object]) -> dict[int, 
                     local[target.id] = text
         nested(own, local)
 
-    def nested(nodes: list[ast.AST], visible: dict[str, object]) -> None:
-        """Calls among `nodes` see `visible`; the functions among them are entered; a class body's
-        calls see `visible` less the names the body binds, and its methods see `visible` (a class
-        body is not a scope its methods can read)."""
+    def nested(nodes: list[ast.AST], visible: dict[str, object], instance: dict[str, str] | None = None) -> None:
+        """Calls among `nodes` see `visible`; the functions among them are entered (a class's
+        methods with its `instance` constants); a class body's calls see `visible` less the names
+        the body binds, and its methods see `visible` (a class body is not a scope its methods can
+        read)."""
         for node in nodes:
             if isinstance(node, ast.Call):
                 scopes[id(node)] = visible
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                enter(node, visible)
+                enter(node, visible, instance)
             elif isinstance(node, ast.ClassDef):
                 body = _own_nodes(node)
                 bound = {name for n in body for name in _bound_names(n)}
@@ -597,7 +665,8 @@ def _scoped_constants(tree: ast.Module, module: dict[str, object]) -> dict[int, 
                 for n in body:
                     if isinstance(n, ast.Call):
                         scopes[id(n)] = in_body
-                nested([n for n in body if not isinstance(n, ast.Call)], visible)
+                nested([n for n in body if not isinstance(n, ast.Call)], visible,
+                       _instance_constants(node, visible, stores))
 
     nested(_own_nodes(tree), module)
     return scopes
@@ -623,7 +692,8 @@ def _native_sources(tree: ast.Module, aliases: _Aliases) -> tuple[list[_Native],
             if texts is None:
                 findings.append(Finding(Reason.DYNAMIC_CODE, name, node.lineno, "python",
                                         "load_inline sources must be string literals, or names the module or "
-                                        "the calling function assigns a literal once"))
+                                        "the calling function assigns a literal once, or an attribute "
+                                        "its class sets to a literal once"))
                 continue
             line = getattr(args[name], "lineno", node.lineno)
             natives += [_Native(name, i, t, line) for i, t in enumerate(texts)]
@@ -671,6 +741,9 @@ def _literal_string(node: ast.AST, constants: dict[str, object]) -> str | None:
         return node.value
     if isinstance(node, ast.Name) and isinstance(constants.get(node.id), str):
         return constants[node.id]  # type: ignore[return-value]
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and isinstance(constants.get(f"{node.value.id}.{node.attr}"), str)):
+        return constants[f"{node.value.id}.{node.attr}"]  # type: ignore[return-value]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _literal_string(node.left, constants), _literal_string(node.right, constants)
         return None if left is None or right is None else left + right

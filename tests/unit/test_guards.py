@@ -471,6 +471,63 @@ def test_a_source_the_constructor_computes_is_dynamic_code(body: str) -> None:
     assert static_check(MODULE_TASK, _built_in_constructor(body), "cuda").reason is Reason.DYNAMIC_CODE
 
 
+def _built_from_attribute(body: str, method: str = "") -> str:
+    """The constructor stores the source on the instance (`body`) and a method builds the extension
+    from `self.src`; `method` adds more to the class."""
+    source = _MODULE.replace("ext = load_inline(", "_unused = dict(").replace(
+        "self.ext = ext", body + "\n        self.make()")
+    make = ("    def make(self):\n        self.ext = load_inline(name='m', cpp_sources='torch::Tensor relu(torch::Tensor x);', "
+            "cuda_sources=self.src, functions=['relu'])\n\n" + method + "\n")
+    source = source.replace("    def forward(", make + "    def forward(", 1)
+    return source.replace("FORWARD", "return self.ext.relu(x)").replace("INIT", "pass").replace("PRELUDE", "")
+
+
+def test_a_source_the_class_stores_on_the_instance_once_is_seen_and_scanned() -> None:
+    """CUDA-L1's released kernels keep their CUDA source in an attribute the constructor sets and a
+    helper method passes to load_inline."""
+    source = _built_from_attribute("self.src = cuda_src + '// on the instance'")
+    verdict = static_check(MODULE_TASK, source, "cuda")
+    assert verdict.ok, verdict.detail
+    assert any(text.endswith("// on the instance") for text in extract_native_sources(source))
+    spawning = source.replace("// on the instance", "void spawn() { std::thread t([]{}); }")
+    assert static_check(MODULE_TASK, spawning, "cuda").reason is Reason.THREAD_SPAWN
+
+
+@pytest.mark.parametrize("body, method", [
+    ("self.src = cuda_src", "    def other(self):\n        self.src = '// swapped'\n"),          # stored twice
+    ("self.src = cuda_src", "    src = '// a class attribute'\n"),                                # the class's too
+    ("self.src = cuda_src", "    def other(self):\n        setattr(self, 'src', '// swapped')\n"),  # setattr
+    ("self.src = cuda_src.upper()", ""),                                                          # not a literal
+])
+def test_a_source_on_the_instance_that_may_change_is_dynamic_code(body: str, method: str) -> None:
+    verdict = static_check(MODULE_TASK, _built_from_attribute(body, method), "cuda")
+    assert verdict.reason is Reason.DYNAMIC_CODE and "load_inline sources" in verdict.detail, verdict.detail
+
+
+def test_an_attribute_of_a_rebound_self_is_not_the_instance_constant() -> None:
+    source = _built_from_attribute("self.src = cuda_src").replace(
+        "    def make(self):\n", "    def make(self):\n        self = self.holder\n", 1)
+    assert "self = self.holder" in source
+    verdict = static_check(MODULE_TASK, source, "cuda")
+    assert verdict.reason is Reason.DYNAMIC_CODE and "load_inline sources" in verdict.detail, verdict.detail
+
+
+def test_storing_into_a_builtin_does_not_make_it_local() -> None:
+    """`open.x = 1` stores into the builtin `open`; it binds no local name `open`."""
+    assert _module(prelude="def helper(x):\n    open.mode = x\n    return open").reason is Reason.FILE_ACCESS
+
+
+@pytest.mark.parametrize("call, reason", [
+    ("torch.nn.init._calculate_fan_in_and_fan_out(self.weight)", None),     # shape arithmetic
+    ("torch.nn.init._no_grad_uniform_(self.weight, -1, 1)", Reason.DYNAMIC_CODE),
+])
+def test_only_the_shape_helpers_of_torch_nn_init_are_allowed(call: str, reason: Reason | None) -> None:
+    source = _MODULE.replace("FORWARD", "return self.ext.relu(x)").replace("PRELUDE", "").replace(
+        "INIT", f"self.weight = torch.nn.Parameter(torch.empty(4, 4))\n        {call}")
+    verdict = static_check(MODULE_TASK, source, "cuda")
+    assert verdict.reason is reason, verdict.detail
+
+
 def test_a_function_local_name_hides_the_module_constant_of_that_name() -> None:
     """`cuda_src` is a module constant, but the constructor binds its own: the gate must not scan
     the module's text in its place."""
