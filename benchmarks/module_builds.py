@@ -1,11 +1,12 @@
 """How long a module candidate takes to build on a cache miss, per header path, in one run.
 
     python benchmarks/module_builds.py --backend cuda [--paths slim,torch] [--tasks builtin/softmax,...] \\
-        [--out builds.json] [overrides]
+        [--files CANDIDATE.py,...] [--out builds.json] [overrides]
 
 For every path (`slim`: the CUDA file against the slim torch headers first, `eval.build.slim_torch_headers`
-true; `torch`: torch's own headers always) the built-in seeds of the backend are built one after the
-other into that path's own empty cache dir.  The precompiled binding header is built once per cache
+true; `torch`: torch's own headers always) the built-in seeds of the backend (or the module candidate
+files `--files` names, e.g. the hack suite's) are built one after the other into that path's own
+empty cache dir.  The precompiled binding header is built once per cache
 dir before the first timed build (its time is printed apart: it is paid once per toolchain and
 flags, not per candidate).  Each seed's CUDA source gets a unique comment, so every timed build is
 a miss.  Prints one line per build and a table per path: median, p90, which headers each build
@@ -30,6 +31,7 @@ from eval_throughput import quantile  # noqa: E402
 from rl_kernels.config import load_config  # noqa: E402
 from rl_kernels.evaluation.build import build_candidate  # noqa: E402
 from rl_kernels.tasks import get_task, load_suite  # noqa: E402
+from rl_kernels.types import Task  # noqa: E402
 
 
 def _unique(source: str, tag: str) -> str:
@@ -49,10 +51,16 @@ def main() -> int:
     ap.add_argument("--backend", choices=["cpu", "cuda"], default="cuda")
     ap.add_argument("--paths", default="slim,torch")
     ap.add_argument("--tasks", default=None, help="comma-separated task ids (default: the built-in suite)")
+    ap.add_argument("--files", default=None, help="comma-separated module candidate files, built instead of seeds")
     ap.add_argument("--out", default=None)
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
-    tasks = [get_task(t) for t in args.tasks.split(",")] if args.tasks else load_suite("builtin")
+    if args.files:
+        files = [Path(f) for f in args.files.split(",")]
+        builds = [(Task(id=f"file/{f.stem}", kind="module"), f.read_text()) for f in files]
+    else:
+        tasks = [get_task(t) for t in args.tasks.split(",")] if args.tasks else load_suite("builtin")
+        builds = [(task, task.seeds[args.backend]) for task in tasks]
     rows = []
     with tempfile.TemporaryDirectory(prefix="rlk-module-builds-") as scratch:
         for path in args.paths.split(","):
@@ -62,15 +70,13 @@ def main() -> int:
                                             f"eval.build.cache_dir={scratch}/{path}",
                                             f"eval.build.slim_torch_headers={path == 'slim'}"]).eval.build
             t0 = time.monotonic()
-            warm = build_candidate(tasks[0], _unique(tasks[0].seeds[args.backend], f"warm-up {time.time()}"),
-                                   args.backend, cfg)
+            warm = build_candidate(builds[0][0], _unique(builds[0][1], f"warm-up {time.time()}"), args.backend, cfg)
             print(f"{path}: first build, with the precompiled binding header: {time.monotonic() - t0:.1f} s "
                   f"({_outcome(warm)})", flush=True)
             times = []
-            for task in tasks:
+            for task, source in builds:
                 t0 = time.monotonic()
-                build = build_candidate(task, _unique(task.seeds[args.backend], f"{path} {time.time()}"),
-                                        args.backend, cfg)
+                build = build_candidate(task, _unique(source, f"{path} {time.time()}"), args.backend, cfg)
                 seconds = time.monotonic() - t0
                 times.append(seconds)
                 rows.append({"path": path, "task": task.id, "seconds": seconds, "headers": build.path,
