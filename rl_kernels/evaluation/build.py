@@ -14,6 +14,7 @@ the same flags and toolchain is compiled once per cache directory, even across p
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import hashlib
@@ -22,18 +23,21 @@ import json
 import multiprocessing
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
+import warnings
 import zipfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import filelock
 
@@ -43,6 +47,7 @@ from rl_kernels.evaluation.artifact import MANIFEST, generate_inline_sources, so
 from rl_kernels.evaluation.evidence import check_artifact
 from rl_kernels.evaluation.launches import registered_kernels
 from rl_kernels.evaluation.flags import check_flags
+from rl_kernels.evaluation.forkserver import ForkServer, ForkServerError
 from rl_kernels.evaluation.guards import extract_native_sources, static_check
 from rl_kernels.evaluation.reasons import Reason
 from rl_kernels.host_share import SharedUse, host_share
@@ -567,13 +572,18 @@ def _capture_code_digest() -> str:
 
 
 def _run_capture(source: str, cfg: BuildConfig) -> _Capture:
-    """Runs the candidate's top level in a confined, GPU-less subprocess and returns its load_inline calls."""
+    """Runs the candidate's top level in a confined, GPU-less process and returns its load_inline
+    calls: forked from this process's capture server where there is one (`_capture_server`), else a
+    new process (which imports torch itself)."""
     scratch = Path(tempfile.mkdtemp(prefix="rlk-capture-")).resolve()
     try:
-        confined = _confined(cfg, scratch)
-        confined.env["CUDA_VISIBLE_DEVICES"] = ""
-        res = ninja.run_in_process_group([sys.executable, "-m", "rl_kernels.evaluation.capture"], cfg.timeout_s,
-                                         cwd=scratch, stdin_text=source, separate_stdout=True, confined=confined)
+        server = _capture_server(cfg)
+        res = _forked_capture(source, cfg, server, scratch) if server is not None else None
+        if res is None:
+            confined = _confined(cfg, scratch)
+            confined.env["CUDA_VISIBLE_DEVICES"] = ""
+            res = ninja.run_in_process_group([sys.executable, "-m", "rl_kernels.evaluation.capture"], cfg.timeout_s,
+                                             cwd=scratch, stdin_text=source, separate_stdout=True, confined=confined)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if res.returncode == -signal.SIGSYS:
@@ -590,6 +600,86 @@ def _run_capture(source: str, cfg: BuildConfig) -> _Capture:
     if not result["ok"]:
         return _Capture(None, result["error"], Reason.MALFORMED.value)
     return _Capture(result["calls"])
+
+
+_CAPTURE_SERVER: dict[str, Any] = {}    # "pid": the process that started it, "server", "given_up": why
+_CAPTURE_LOCK = threading.Lock()
+
+
+def _capture_server(cfg: BuildConfig) -> ForkServer | None:
+    """This process's capture server: a fork server that imported torch once and forks each capture
+    (a capture then costs a fork instead of a process importing torch, ~3 s on 2 cores).  Only
+    with `capture_server` and under `isolation: namespaces` (a forked child needs its own mount
+    namespace); none after one failed (captures then start new processes, as without it)."""
+    if cfg.isolation != "namespaces" or not cfg.capture_server:
+        return None
+    with _CAPTURE_LOCK:
+        if _CAPTURE_SERVER.get("pid") != os.getpid():     # none yet, or one a parent process started
+            _CAPTURE_SERVER.clear()
+            _CAPTURE_SERVER["pid"] = os.getpid()
+        if "given_up" in _CAPTURE_SERVER:
+            return None
+        server = _CAPTURE_SERVER.get("server")
+        if server is None or not server.alive:
+            server = ForkServer(_capture_environment, ["--capture"], None, cfg.timeout_s)
+            _CAPTURE_SERVER["server"] = server
+            atexit.register(server.close)
+        return server
+
+
+def _capture_environment(home: Path) -> dict[str, str]:
+    return dict(sandbox.environment(home, None), CUDA_VISIBLE_DEVICES="")
+
+
+def _forked_capture(source: str, cfg: BuildConfig, server: ForkServer, scratch: Path) -> ninja.ProcResult | None:
+    """The capture in a child of `server`, confined as the capture process is (its scratch dir the
+    only writable place, the build cache hidden, no GPU), its stdout and stderr in the scratch
+    dir; None when the server cannot fork (it is given up for this process, with a warning)."""
+    (scratch / "candidate.py").write_text(source)
+    conf = confine.Confinement(readable=confine.python_paths(), writable=[str(scratch)],
+                               hide=confine.hidden_places([str(Path(cfg.cache_dir).resolve())]),
+                               aliases=[[str(scratch), str(server.home)]])
+    result_r, result_w = os.pipe()
+    go_r, go_w = os.pipe()
+    try:
+        proc = server.fork({"role": "capture", "scratch": str(scratch), "home": str(server.home),
+                            "env": _capture_environment(server.home), "source_path": str(server.home / "candidate.py"),
+                            "job_path": "", "flags": [], "backend": "cpu", "memory_limit_mb": cfg.memory_limit_mb,
+                            "confinement": dataclasses.asdict(conf)}, result_w, go_r)
+    except ForkServerError as exc:
+        os.close(result_r)
+        with _CAPTURE_LOCK:
+            _CAPTURE_SERVER["given_up"] = str(exc)
+        warnings.warn(f"rl_kernels: module captures start as new processes from now on: {exc}", RuntimeWarning,
+                      stacklevel=2)
+        return None
+    finally:
+        for fd in (result_w, go_r, go_w):
+            os.close(fd)
+    out, timed_out = _read_until_closed(result_r, cfg.timeout_s)
+    if timed_out:
+        sandbox.signal_group(proc.pid, signal.SIGKILL)
+    code = proc.wait(60)
+    log = (scratch / "stderr.txt").read_text(errors="replace")[-8000:]
+    return ninja.ProcResult(code, log, timed_out, out)
+
+
+def _read_until_closed(fd: int, timeout_s: float) -> tuple[str, bool]:
+    """Everything written to the pipe `fd` until its writer closes it (the text, False) or until
+    `timeout_s` passed (what came, True); closes `fd`."""
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return b"".join(chunks).decode(errors="replace"), True
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks).decode(errors="replace"), False
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _torch_identity() -> dict[str, str]:

@@ -1,14 +1,15 @@
 """Capture step of module builds: learn what a KernelBench-style candidate asks load_inline to build.
 
-The candidate's module top level runs in a fresh subprocess (`python -m rl_kernels.evaluation.capture`,
-source on stdin, one JSON object on stdout) with `torch.utils.cpp_extension.load_inline` replaced
-by a recorder.  Why a subprocess: top-level code is untrusted and may hang, crash or attack the
-build host; it runs confined like an evaluation (`confine.py`: namespaces, read-only host, a
+The candidate's module top level runs in a process of its own with `torch.utils.cpp_extension.load_inline`
+replaced by a recorder: forked from a fork server that imported torch once (`serve_forked`, under
+`isolation: namespaces`; see `build._forked_capture`), or a new one (`python -m
+rl_kernels.evaluation.capture`, source on stdin, one JSON object on stdout).  Why a process:
+top-level code is untrusted and may hang, crash or attack the build host; it runs confined like an evaluation (`confine.py`: namespaces, read-only host, a
 seccomp filter before the candidate's first line) and the build then accepts only sources the
 static gate saw.  The top level first: that is where KernelBench candidates call load_inline.
 When it calls none, ModelNew is constructed from the candidate's own `get_init_inputs()` (as
 CUDA-L1's released kernels do, 19 of 70 in their constructor; `_construct`); calls made in forward
-cannot be captured.  The subprocess hides all GPUs (CUDA_VISIBLE_DEVICES="").
+cannot be captured.  The process sees no GPU (CUDA_VISIBLE_DEVICES="").
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 import sys
 import traceback
 import types
+from pathlib import Path
 from typing import Any
 
 from rl_kernels.evaluation import confine
@@ -163,6 +165,17 @@ def _construct(namespace: dict[str, Any]) -> str:
     finally:
         torch.cuda.is_available = available
     return ""
+
+
+def serve_forked(source_path: Path, result_fd: int) -> None:
+    """The capture in a child of a fork server (`forkserver`, role "capture"), already confined:
+    reads the candidate from `source_path`, writes one JSON object to `result_fd`, and exits
+    without the interpreter's teardown (candidate atexit code must not run).  Its stdout and
+    stderr are already its scratch dir's stderr.txt."""
+    result = _run_candidate(source_path.read_text())
+    with os.fdopen(result_fd, "w") as out:
+        out.write(json.dumps(result))
+    os._exit(0)
 
 
 def main() -> None:

@@ -235,11 +235,18 @@ def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
     sock.send(json.dumps(msg).encode())
 
 
+# What a server started with `--capture` imports: it forks the capture step of module builds
+# (`capture.serve_forked`), which runs a candidate's top level with torch imported.
+CAPTURE_IMPORTS = ("torch.utils.cpp_extension", "rl_kernels.evaluation.capture")
+
+
 def serve(fd: int, flags: list[str]) -> None:
     """The server's life: import, say ready, fork a worker per request, report each one's exit."""
     from rl_kernels.evaluation import worker
 
-    for name in worker.imports_ahead("--warm-compile" in flags, "--dispatch-tools" in flags):
+    names = (CAPTURE_IMPORTS if "--capture" in flags
+             else worker.imports_ahead("--warm-compile" in flags, "--dispatch-tools" in flags))
+    for name in names:
         importlib.import_module(name)
     if "--warm-compile" in flags and not worker.cuda_visible():
         try:
@@ -332,13 +339,14 @@ def _fork(sock: socket.socket, settings: dict[str, Any], fds: list[int]) -> None
 
 def _become_worker(settings: dict[str, Any], progress_fd: int, go_fd: int) -> None:
     """In the forked child (already leading its own session): isolate, confine, then serve one job
-    (never returns on success).
+    (never returns on success): an evaluation worker's, or with `role` "capture" a module build's
+    capture step (the candidate's top level at `source_path`, its load_inline calls written to
+    `progress_fd` as JSON; `go_fd` unused).
 
     `settings`: scratch (its scratch dir), home (the server's working dir, where the confinement
     binds the scratch dir a second time and the worker works), env (its whole environment),
     job_path, flags (the worker's), backend, memory_limit_mb, confinement (a `confine.Confinement`
-    as a dict)."""
-    from rl_kernels.evaluation import worker
+    as a dict), and role / source_path for a capture."""
 
     scratch = Path(settings["scratch"])
     err = os.open(scratch / "stderr.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -365,6 +373,13 @@ def _become_worker(settings: dict[str, Any], progress_fd: int, go_fd: int) -> No
     die_with_parent()
     confine.confine_forked(confine.Confinement(**settings["confinement"]))
     os.chdir(settings["home"])
+    if settings.get("role") == "capture":
+        from rl_kernels.evaluation import capture
+
+        os.close(go_fd)
+        capture.serve_forked(Path(settings["source_path"]), progress_fd)
+    from rl_kernels.evaluation import worker
+
     worker.serve(Path(settings["job_path"]), progress_fd, go_fd, list(settings["flags"]))
 
 

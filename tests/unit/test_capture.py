@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from rl_kernels.config import BuildConfig
 from rl_kernels.evaluation.artifact import generate_inline_sources
 from rl_kernels.evaluation import build
 from rl_kernels.evaluation.build import _capture, build_candidate
+from rl_kernels.evaluation.forkserver import ForkServer
 from rl_kernels.types import Task
 
 SRC = Path(__file__).resolve().parents[1] / "candidates" / "build"
@@ -89,6 +91,41 @@ def test_a_capture_is_kept_per_source_and_a_failed_one_is_not(tmp_path: Path,
     failing = "raise ValueError('boom')\n"
     assert _capture(failing, _cfg(tmp_path)).calls is None and _capture(failing, _cfg(tmp_path)).calls is None
     assert len(runs) == 5
+
+
+def test_captures_are_forked_from_one_capture_server(tmp_path: Path) -> None:
+    """Under namespaces each capture is a child of this process's capture server (which imported
+    torch once), confined like the capture process; the server serves the next capture too."""
+    source = (SRC / "module_cpu.py").read_text()
+    assert _capture(source + "\n# first\n", _cfg(tmp_path)).calls is not None
+    server = build._CAPTURE_SERVER["server"]
+    assert build._CAPTURE_SERVER["pid"] == os.getpid() and "given_up" not in build._CAPTURE_SERVER
+    assert _capture(source + "\n# second\n", _cfg(tmp_path)).calls is not None
+    assert build._CAPTURE_SERVER["server"] is server and server.alive and server.live_children == 0
+
+
+def test_without_the_capture_server_each_capture_is_a_new_process(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "_CAPTURE_SERVER", {})
+    cap = _capture((SRC / "module_cpu.py").read_text() + "\n# alone\n", _cfg(tmp_path, capture_server=False))
+    assert cap.calls is not None and build._CAPTURE_SERVER == {}
+
+
+def test_a_capture_server_that_cannot_start_is_given_up_for_new_processes(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real server whose interpreter cannot start: one warning naming why, and the capture (this
+    one and the next) runs as a new process with the same result."""
+    class Unstartable(ForkServer):
+        def __init__(self, environment, *args) -> None:  # noqa: ANN001
+            super().__init__(lambda home: dict(environment(home), PYTHONHOME="/nonexistent"), *args)
+
+    monkeypatch.setattr(build, "ForkServer", Unstartable)
+    monkeypatch.setattr(build, "_CAPTURE_SERVER", {})
+    source = (SRC / "module_cpu.py").read_text()
+    with pytest.warns(RuntimeWarning, match="(?s)captures start as new processes.*encodings"):
+        first = _capture(source + "\n# first\n", _cfg(tmp_path))
+    assert first.calls is not None and "given_up" in build._CAPTURE_SERVER
+    assert _capture(source + "\n# second\n", _cfg(tmp_path)).calls == first.calls
 
 
 def test_a_call_made_only_in_forward_is_malformed_and_says_so(tmp_path: Path) -> None:
