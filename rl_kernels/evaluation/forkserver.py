@@ -1,5 +1,6 @@
 """A fork server: one trusted process that imported what every evaluation worker needs, and forks
-a worker for each job.
+a worker for each job (started with `--capture`: what a module build's capture step needs, forking
+one confined capture per candidate, `build._capture_server`).
 
 Why: a worker started as a new process imports Python, torch and, for a compiled baseline,
 torch.compile's modules for itself: 12-14 s of a core on the H200 host (docs/EVALUATOR.md, run 15),
