@@ -580,8 +580,7 @@ def _run_capture(source: str, cfg: BuildConfig) -> _Capture:
         server = _capture_server(cfg)
         res = _forked_capture(source, cfg, server, scratch) if server is not None else None
         if res is None:
-            confined = _confined(cfg, scratch)
-            confined.env["CUDA_VISIBLE_DEVICES"] = ""
+            confined = ninja.Confined(_confined(cfg, scratch).argv, _capture_environment(scratch))
             res = ninja.run_in_process_group([sys.executable, "-m", "rl_kernels.evaluation.capture"], cfg.timeout_s,
                                              cwd=scratch, stdin_text=source, separate_stdout=True, confined=confined)
     finally:
@@ -628,6 +627,7 @@ def _capture_server(cfg: BuildConfig) -> ForkServer | None:
 
 
 def _capture_environment(home: Path) -> dict[str, str]:
+    """A capture's whole environment, forked or not: a confined step's, with no GPU visible."""
     return dict(sandbox.environment(home, None), CUDA_VISIBLE_DEVICES="")
 
 
@@ -636,9 +636,8 @@ def _forked_capture(source: str, cfg: BuildConfig, server: ForkServer, scratch: 
     only writable place, the build cache hidden, no GPU), its stdout and stderr in the scratch
     dir; None when the server cannot fork (it is given up for this process, with a warning)."""
     (scratch / "candidate.py").write_text(source)
-    conf = confine.Confinement(readable=confine.python_paths(), writable=[str(scratch)],
-                               hide=confine.hidden_places([str(Path(cfg.cache_dir).resolve())]),
-                               aliases=[[str(scratch), str(server.home)]])
+    conf = sandbox.confinement(scratch, (), [str(Path(cfg.cache_dir).resolve())])
+    conf.aliases = [[str(scratch), str(server.home)]]
     result_r, result_w = os.pipe()
     go_r, go_w = os.pipe()
     try:
@@ -656,7 +655,13 @@ def _forked_capture(source: str, cfg: BuildConfig, server: ForkServer, scratch: 
     finally:
         for fd in (result_w, go_r, go_w):
             os.close(fd)
+    deadline = time.monotonic() + cfg.timeout_s
     out, timed_out = _read_until_closed(result_r, cfg.timeout_s)
+    if not timed_out:
+        try:        # the pipe may close early (the candidate closed it) while the process runs on
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
     if timed_out:
         sandbox.signal_group(proc.pid, signal.SIGKILL)
     code = proc.wait(60)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,17 @@ def test_capture_failures_are_malformed(tmp_path: Path, source: str, message: st
 def test_capture_timeout_is_compile_timeout(tmp_path: Path) -> None:
     build = build_candidate(MODULE_TASK, "import time\ntime.sleep(60)\n", "cpu", _cfg(tmp_path, timeout_s=5))
     assert not build.ok and build.reason == "compile_timeout"
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_top_level_that_closes_its_result_pipe_and_hangs_is_compile_timeout(tmp_path: Path, server: bool) -> None:
+    """Closing every inherited descriptor (the result pipe among them) must not turn a hang into an
+    early end: the capture is still killed at `timeout_s` and the build says compile_timeout."""
+    source = "import os, time\nos.closerange(3, 4096)\ntime.sleep(120)\n"
+    t0 = time.monotonic()
+    build = build_candidate(MODULE_TASK, source, "cpu", _cfg(tmp_path, timeout_s=5, capture_server=server))
+    assert not build.ok and build.reason == "compile_timeout", build.log[-500:]
+    assert time.monotonic() - t0 < 30
 
 
 def test_cpu_backend_refuses_cuda_sources(tmp_path: Path) -> None:
