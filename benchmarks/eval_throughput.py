@@ -75,6 +75,8 @@ def run_path(cfg: EvalConfig, task_id: str, path: str, repeats: int,
         print(f"{task_id} {path} {i + 1}/{repeats}: {runs[-1][0]:.2f} s, {m.rejected or 'correct'}, "
               f"workers {m.extra.get('workers')}, forked {m.extra.get('forked', '-')}, started {m.extra.get('prestart_s', '-')} s before; {phases}",
               flush=True)
+        if m.rejected:
+            print(f"  {m.rejected}: {m.detail[-1500:]}", flush=True)
     evaluator.close()
     return runs
 

@@ -255,6 +255,7 @@ def serve(fd: int, flags: list[str]) -> None:
         except Exception:  # noqa: BLE001 - a head start only: each worker's baseline compiles without it
             traceback.print_exc()
     _refuse_if_cuda_initialised()
+    _release_nvml()
     sock = socket.socket(fileno=fd)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
@@ -296,6 +297,32 @@ def _refuse_if_cuda_initialised() -> None:
                          "CUDA driver, so no worker forked from it could use the device; set "
                          "eval.sandbox.fork_server=false\n")
         sys.exit(1)
+
+
+_NVML_ERROR_UNINITIALIZED = 1
+_NVML_MAX_INITS = 1024   # torch initialises NVML once per device-count query and never shuts it down
+
+
+def _release_nvml() -> int:
+    """Shuts NVML down in this process if its imports initialised it; returns how many of its
+    initialisations it undid.
+
+    `torch.cuda.device_count()` asks NVML (torch._dynamo's import asks it, and this server's
+    environment makes `torch.cuda.is_available()` ask it), and NVML, once initialised, keeps the
+    descriptors of the device files it opened.  A forked worker closes every descriptor it inherits,
+    so an NVML it inherited initialised would answer through numbers that now name other files or
+    none, and some torch versions ask NVML for the device count even after CUDA is initialised.
+    Forked module workers on an H100 host failed their first `get_device_properties(0)` with
+    "Invalid device id" (a device count of 0; docs/EVALUATOR.md, run 17): this is the suspected
+    cause, not yet confirmed there.  NVML counts its initialisations; shut down as often, a child
+    initialises its own, as a worker started as a new process does."""
+    if "libnvidia-ml.so" not in Path("/proc/self/maps").read_text():
+        return 0
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    for undone in range(_NVML_MAX_INITS):
+        if nvml.nvmlShutdown() == _NVML_ERROR_UNINITIALIZED:
+            return undone
+    return _NVML_MAX_INITS
 
 
 def _reap(sock: socket.socket) -> None:

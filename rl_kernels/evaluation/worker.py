@@ -58,6 +58,16 @@ def classify_error(exc: BaseException) -> Reason:
     return Reason.RUNTIME_ERROR
 
 
+def error_detail(exc: BaseException, frames: int = 3) -> str:
+    """The exception's message and the innermost `frames` lines it came through, innermost first
+    ("...: message (raised at runtime.py:99 in hgemm <- ...)"): a runtime error names where it
+    happened, in the candidate's code or the judge's, without the whole trace."""
+    message = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
+    tb = traceback.extract_tb(exc.__traceback__)[-frames:]
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(tb))
+    return f"{message} (raised at {where})" if where else message
+
+
 class Reporter:
     """Phase lines, heartbeats and the verdict, as JSON lines on the pipe the parent reads.
 
@@ -112,6 +122,11 @@ def setup_device(backend: str, cfg: EvalConfig) -> str:
         if not torch.cuda.is_available():
             raise RuntimeError("backend cuda requested but no CUDA device is visible")
         torch.cuda.init()
+        if torch.cuda.device_count() < 1:   # seen in forked workers on an H100 host: not the candidate's doing
+            raise RuntimeError(f"the CUDA driver initialised, yet torch.cuda.device_count() is "
+                               f"{torch.cuda.device_count()} (the runtime counts {torch._C._cuda_getDeviceCount()}): "
+                               "this worker's view of the device is broken; if it was forked from the fork server, "
+                               "eval.sandbox.fork_server=false starts workers as new processes")
         return "cuda"
     cores = cfg.timing.cpu_cores or sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, cores)
@@ -557,7 +572,7 @@ def serve(job_path: Path, fd: int, go_fd: int, flags: list[str]) -> None:
     except Exception as exc:  # noqa: BLE001 - the one boundary where arbitrary candidate code may raise anything
         traceback.print_exc()   # the whole trace in the worker's stderr (the parent keeps its tail)
         reason = classify_error(exc)
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
+        detail = error_detail(exc)
         if report.violations is not None and report.violations.items:
             kind, what = report.violations.items[0]
             reason, detail = Reason(kind), f"sandbox refused: {what}; then: {detail}"

@@ -193,3 +193,11 @@ def test_a_server_that_cannot_fork_is_given_up_and_workers_start_as_new_processe
     assert again.correct and again.extra["forked"] is False
     assert len(evaluator.standby._servers) == 1     # the first one, never started again
     evaluator.close()
+
+
+def test_a_server_without_nvml_loaded_has_nothing_to_release() -> None:
+    """`_release_nvml` shuts NVML down only where the imports loaded it (a GPU host); here none is."""
+    from rl_kernels.evaluation.forkserver import _release_nvml
+
+    assert "libnvidia-ml" not in Path("/proc/self/maps").read_text()
+    assert _release_nvml() == 0

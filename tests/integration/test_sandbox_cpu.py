@@ -25,7 +25,7 @@ def _honest() -> str:
     ("segfault.cpp", "crash", "SIGSEGV"),
     ("hang.cpp", "timeout", "did not return"),
     ("huge_alloc.cpp", "out_of_memory", ""),
-    ("throws.cpp", "runtime_error", "this kernel refuses to run: M=128"),
+    ("throws.cpp", "runtime_error", "this kernel refuses to run: M=128"),   # and the line that raised it:
     ("syntax_error.cpp", "compile_error", "expected primary-expression"),
 ])
 def test_failure_costs_only_itself(name: str, reason: str, detail: str, cpu_config: EvalConfig) -> None:
@@ -39,6 +39,8 @@ def test_failure_costs_only_itself(name: str, reason: str, detail: str, cpu_conf
     bad = evaluator.evaluate(task, (CANDIDATES / "sandbox" / name).read_text())
     assert bad.rejected == reason, bad.detail[-1500:]
     assert detail in bad.detail
+    if reason == "runtime_error":   # the kernel's error surfaced in the runtime's ctypes call
+        assert "raised at runtime.py:" in bad.detail and " in hgemm" in bad.detail, bad.detail
     if name == "hang.cpp":   # the watchdog, not the 25 s wall limit: the floor (3 s) after the last sign of life
         assert bad.eval_seconds < cfg.sandbox.timeout_s, bad.eval_seconds
     assert bad.reward == cfg.reward.fail_reward
