@@ -10,6 +10,7 @@ import yaml
 
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.build import build_many
+from rl_kernels.evaluation.guards import static_check
 from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.tasks import get_task
 from rl_kernels.tasks.module import load_module_task
@@ -34,15 +35,22 @@ def prebuilt(cpu_config: EvalConfig) -> None:
     """Every candidate of this module built first, two at a time (the compile pool's job): the
     evaluations below then hit the build cache, and the torch-extension builds share the 2 cores.
 
-    The honest candidates go first: their `-O3` (the built-in seeds' flags) needs a precompiled
-    torch header of its own, which then builds beside the hacks' one instead of after it, and the
-    rollout and training tests later reuse it.  Candidates for degenerate tasks
-    are left out: the evaluator rejects the task before any build.
+    Module builds need a precompiled torch header per set of flags, built by the first build that
+    needs it while every other build needing it waits: the honest candidates' `-O3` (the built-in
+    seeds' flags, which the rollout and training tests later reuse) and the hacks' default flags.
+    So one build of each goes first, side by side, then the C++ hgemm builds (no torch header),
+    which keep both cores busy while the headers build, then the other module builds.  Candidates
+    for degenerate tasks are left out: the evaluator rejects the task before any build.
     """
     items = [(_task(e, CANDIDATES / kind), (CANDIDATES / kind / e["file"]).read_text())
              for kind in ("honest", "hacks") for e in _entries(kind, "cpu")
              if "degenerate_task" not in e.get("expected", [])]
-    build_many(items, cpu_config, jobs=2)
+    built = [item for item in items if item[0].kind == "module"
+             and static_check(item[0], item[1], "cpu", allow_torch_ops=item[0].allow_torch_ops).reason is None]
+    firsts = [built[0], next(item for item in built if "-O3" not in item[1])]
+    rest = [item for item in items if item not in firsts]
+    build_many(firsts + [i for i in rest if i[0].kind != "module"] + [i for i in rest if i[0].kind == "module"],
+               cpu_config, jobs=2)
 
 
 @pytest.mark.parametrize("entry", _entries("hacks", "cpu"), ids=lambda e: e["file"])

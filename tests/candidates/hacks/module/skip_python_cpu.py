@@ -15,7 +15,7 @@ torch::Tensor relu_forward(torch::Tensor x) {
 }
 """
 
-ext = load_inline(name="hack_skip_python", cpp_sources=cpp_source, functions=["relu_forward"])
+ext = load_inline(name="hack_cpu_relu", cpp_sources=cpp_source, functions=["relu_forward"])
 
 
 class ModelNew(nn.Module):

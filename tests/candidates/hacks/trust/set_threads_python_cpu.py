@@ -18,7 +18,7 @@ torch::Tensor relu_forward(torch::Tensor x) {
 }
 """
 
-ext = load_inline(name="trust_set_threads_py", cpp_sources=cpp_source, functions=["relu_forward"])
+ext = load_inline(name="trust_cpu_relu", cpp_sources=cpp_source, functions=["relu_forward"])
 
 
 class ModelNew(nn.Module):

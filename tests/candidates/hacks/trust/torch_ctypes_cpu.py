@@ -19,7 +19,7 @@ torch::Tensor relu_forward(torch::Tensor x) {
 }
 """
 
-ext = load_inline(name="trust_torch_ctypes", cpp_sources=cpp_source, functions=["relu_forward"])
+ext = load_inline(name="trust_cpu_relu", cpp_sources=cpp_source, functions=["relu_forward"])
 
 
 class ModelNew(nn.Module):
