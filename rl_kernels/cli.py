@@ -1,4 +1,4 @@
-"""`rl-kernels` command line: eval | build | tasks | bench | rollout | train | sft | selftrain | heldout | report.
+"""`rl-kernels` command line: eval | build | tasks | bench | export | rollout | train | sft | selftrain | heldout | report.
 
 Every subcommand but `report` takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`)
 and `--dry-run`, which prints the resolved config and exits. `train --resume RUN_DIR` starts from
@@ -200,6 +200,47 @@ def _summary_line(s: dict[str, Any]) -> str:
     med = f"{s['median_speedup']:.3f}x" if s["median_speedup"] else "-"
     return (f"summary: {s['correct']}/{s['tasks']} correct ({s['compiled']} compiled), geomean {geo}, "
             f"median {med}, fast_1.0 {s['fast_1.0']:.2f}, fast_1.2 {s['fast_1.2']:.2f}, rejected {s['rejected']}")
+
+
+def cmd_export(args: argparse.Namespace, cfg: Config) -> int:
+    import torch
+
+    from rl_kernels.ops import LibraryError
+    from rl_kernels.ops import export as ex
+
+    device = torch.device(args.device or ("cuda" if cfg.eval.backend == "cuda" else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}: no CUDA device is visible here")
+    try:
+        if args.verify:
+            rows = ex.verify(Path(args.verify), cfg, device)
+            print("| M | N | K | acc | path | speedup at export | speedup now | holds |")
+            print("|---|---|---|---|---|---|---|---|")
+            for r in rows:
+                print(f"| {r['m']} | {r['n']} | {r['k']} | {r['accumulator']} | {r['path']} | {r.get('speedup') or '-'} | "
+                      f"{r.get('speedup_now') or '-'} | {'yes' if r['holds'] else 'NO: now ' + r['now']} |")
+            flipped = sum(not r["holds"] for r in rows)
+            print(f"{len(rows) - flipped} of {len(rows)} decisions hold on {device}")
+            return 1 if flipped else 0
+        if not args.source or not args.out:
+            raise ConfigError("export needs --from RUN_DIR|ARCHIVE|KERNEL_DIR and --out DIR (or --verify PACKAGE_DIR)")
+        source = Path(args.source)
+        if not source.exists():
+            raise ConfigError(f"--from {source}: no such file or directory")
+        backend = cfg.eval.backend
+        name = ex.check_name(args.name or f"rlk_hgemm_{backend}")
+        shapes = ex.parse_shapes(args.shapes or "")
+        if source.is_file() or (source / "archive.sqlite").is_file():
+            candidates = ex.from_archive(source, backend)
+        else:
+            candidates = ex.from_directory(source, args.accumulator, cfg, ex.progress_to_stderr)
+        manifest = ex.export(candidates, Path(args.out), name, cfg, shapes, device, str(source), ex.progress_to_stderr)
+    except LibraryError as exc:
+        raise ConfigError(str(exc)) from None
+    paths = [p["path"] for p in manifest["plan"]]
+    print(f"exported {len(manifest['kernels'])} kernels to {Path(args.out) / name} (pip install {args.out}); plan: "
+          + ", ".join(f"{paths.count(p)} {p}" for p in ("exact", "pad", "matmul")))
+    return 0
 
 
 def cmd_rollout(args: argparse.Namespace, cfg: Config) -> int:
@@ -412,6 +453,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="append one JSON line per measurement to this file")
     p.add_argument("--jobs", type=int, default=0, help="parallel builds before timing (default: all cores)")
     _common(p)
+    p = sub.add_parser("export", help="the best verified hgemm kernels as a pip-installable package with a "
+                                      "torch.library op and a dispatch plan measured on this device")
+    p.add_argument("--from", dest="source", help="a run directory, its archive.sqlite, or a directory of "
+                                                  "M_N_K.cu/.cpp kernels (each verified by the evaluator first)")
+    p.add_argument("--out", help="directory to write the package project into")
+    p.add_argument("--name", help="package name (default rlk_hgemm_<backend>)")
+    p.add_argument("--device", help="device to check and time on (default cuda or cpu, by eval.backend)")
+    p.add_argument("--shapes", help="extra M_N_K shapes to plan on zero-padded larger kernels, comma-separated")
+    p.add_argument("--accumulator", choices=["fp32", "fp16"], default="fp32",
+                   help="accumulator of a kernel directory's kernels (an archive names its own)")
+    p.add_argument("--verify", metavar="PACKAGE_DIR", help="measure an exported package's plan again here "
+                                                          "(exit 1 when a decision no longer holds)")
+    _common(p)
     p = sub.add_parser("rollout", help="generate, compile and time groups on Ray (no learning): search and "
                                        "pipeline benchmark")
     p.add_argument("--resume", action="store_true", help="continue the search in an existing run directory")
@@ -452,7 +506,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dry_run:
             print(dump_config(cfg), end="")
             return 0
-        handler = {"eval": cmd_eval, "build": cmd_build, "tasks": cmd_tasks, "bench": cmd_bench, "rollout": cmd_rollout,
+        handler = {"eval": cmd_eval, "build": cmd_build, "tasks": cmd_tasks, "bench": cmd_bench, "export": cmd_export,
+                   "rollout": cmd_rollout,
                    "train": cmd_train, "sft": cmd_sft, "selftrain": cmd_selftrain,
                    "heldout": cmd_heldout}[args.command]
         return handler(args, cfg)

@@ -583,6 +583,25 @@ class SplitConfig(_Strict):
         "metrics; 0 never (held-out evaluations share the timers with training)"))
 
 
+class ExportConfig(_Strict):
+    """`rl-kernels export`: which kernels become a library, and the measurements its plan is made of
+    (rl_kernels/ops/export.py)."""
+
+    min_speedup: float = Field(1.02, ge=0.0, description=(
+        "a shape runs a kernel (exact or on padded inputs) only where the op measured at least this many "
+        "times faster than torch.matmul at export; higher keeps fewer, surer wins; 0 takes every correct kernel"))
+    warmup: int = Field(10, ge=0, description="calls of each side before timing it")
+    reps: int = Field(50, ge=5, description=(
+        "timed calls per side, the two sides interleaved; the medians decide (more: steadier, slower export)"))
+    check_sets: int = Field(3, ge=1, description=(
+        "random input sets each kernel must reproduce (fp32 reference, the evaluator's hgemm tolerance) "
+        "before export times it; a kernel that fails any is left out"))
+    max_pad_ratio: float = Field(2.0, ge=1.0, description=(
+        "a shape is planned on a larger kernel only when the padded M*N*K is at most this many times its "
+        "own; higher tries more padding, which rarely pays past 2x"))
+    seed: int = Field(0, description="seed of the random inputs export checks and times with")
+
+
 class Config(_Strict):
     run_dir: Path = Path("runs/default")
     suite: str = "builtin"
@@ -598,6 +617,7 @@ class Config(_Strict):
     sft: SftConfig = Field(default_factory=SftConfig)
     split: SplitConfig = Field(default_factory=SplitConfig)
     selftrain: SelfTrainConfig = Field(default_factory=SelfTrainConfig)
+    export: ExportConfig = Field(default_factory=ExportConfig)
 
     @model_validator(mode="after")
     def _combinations(self) -> "Config":

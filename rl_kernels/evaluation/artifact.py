@@ -1,36 +1,28 @@
 """Loading build artifacts inside the evaluation subprocess (no compiler needed there).
 
-hgemm artifacts are one `.so` exporting `rlk_hgemm` (plain-C ABI, rlk_abi.h), called via ctypes.
+hgemm artifacts are one `.so` exporting `rlk_hgemm` (plain-C ABI, rlk_abi.h), called via ctypes (the
+loader is `rl_kernels.ops.runtime`'s, the one exported kernel libraries use).
 module artifacts are one zip of prebuilt Python extensions plus a manifest; `prebuilt_load_inline`
 stands in for torch's load_inline and refuses sources other than the ones that were built.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib.machinery
 import importlib.util
 import json
-import struct
 import types
 import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-import torch
+from rl_kernels.ops.runtime import load_hgemm_entry, load_native_library
+
+__all__ = ["MANIFEST", "generate_inline_sources", "sources_digest", "unpack_artifact", "load_native_library",
+           "load_hgemm_entry", "prebuilt_load_inline"]
 
 MANIFEST = "manifest.json"
-MAX_DIM = 8
-
-# c10::ScalarType numbering (rlk_abi.h); dtypes outside it are passed as -1 (unknown to the shim).
-_DTYPE_CODE: dict[torch.dtype, int] = {
-    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
-    torch.float32: 6, torch.float64: 7, torch.bool: 11, torch.bfloat16: 15,
-}
-# rlk_tensor: void* data; int64 sizes[8]; int64 strides[8]; int32 dim, dtype, device_type, device_index
-_RLK_TENSOR = struct.Struct(f"@P{MAX_DIM}q{MAX_DIM}q4i")  # native layout == the C struct
-_ERR_LEN = 4096
 
 
 def generate_inline_sources(
@@ -100,55 +92,6 @@ def unpack_artifact(data: bytes, artifact_name: str, dest_dir: Path) -> Path:
         zf.extractall(out)
     zip_path.unlink()
     return out
-
-
-def load_native_library(so_path: Path) -> ctypes.CDLL:
-    """ctypes-loads a built shared library (e.g. the cuBLAS baseline), with a readable error."""
-    try:
-        return ctypes.CDLL(str(so_path), mode=ctypes.RTLD_LOCAL)
-    except OSError as exc:
-        raise RuntimeError(f"cannot load native library {so_path}: {exc}") from exc
-
-
-def load_hgemm_entry(so_path: Path) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]:
-    """Returns f(a, b, b_col_major, c) that runs the candidate's entry on torch tensors.
-
-    Per-call cost is four struct packs and one ctypes call (a few µs).  The returned function reuses
-    one argument buffer, so it must not be called from two threads at once.
-    """
-    lib = load_native_library(so_path)
-    try:
-        fn = lib.rlk_hgemm
-    except AttributeError as exc:
-        raise RuntimeError(f"{so_path} does not export rlk_hgemm (not an hgemm artifact)") from exc
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_char_p, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    size = _RLK_TENSOR.size
-    args = ctypes.create_string_buffer(4 * size)
-    base = ctypes.addressof(args)
-    addrs = (base, base + size, base + 2 * size, base + 3 * size)
-    err = ctypes.create_string_buffer(_ERR_LEN)
-    pack = _RLK_TENSOR.pack_into
-    pad = (0,) * MAX_DIM
-    codes = _DTYPE_CODE
-
-    def _fill(offset: int, t: torch.Tensor) -> None:
-        dim = t.dim()
-        if dim > MAX_DIM:
-            raise RuntimeError(f"tensors of more than {MAX_DIM} dims are not supported (got {dim})")
-        dev = t.device
-        pack(args, offset, t.data_ptr(), *t.shape, *pad[dim:], *t.stride(), *pad[dim:], dim,
-             codes.get(t.dtype, -1), 1 if dev.type == "cuda" else 0, dev.index or 0)
-
-    def hgemm(a: torch.Tensor, b: torch.Tensor, b_col_major: torch.Tensor, c: torch.Tensor) -> None:
-        _fill(0, a)
-        _fill(size, b)
-        _fill(2 * size, b_col_major)
-        _fill(3 * size, c)
-        if fn(addrs[0], addrs[1], addrs[2], addrs[3], err, _ERR_LEN) != 0:
-            raise RuntimeError(err.value.decode(errors="replace"))
-
-    return hgemm
 
 
 def prebuilt_load_inline(artifact_dir: Path) -> Callable[..., types.ModuleType]:
