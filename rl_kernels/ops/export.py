@@ -93,32 +93,39 @@ def from_archive(path: Path, backend: str) -> list[Candidate]:
     return found
 
 
-def from_directory(directory: Path, accumulator: str, cfg: Config, progress: Progress) -> list[Candidate]:
-    """Every `M_N_K` kernel file of `directory` that passes the whole evaluator on this host."""
+def from_directory(directory: Path, accumulator: str, cfg: Config, progress: Progress, jobs: int = 1) -> list[Candidate]:
+    """Every `M_N_K` kernel file of `directory` that passes the whole evaluator on this host; all are
+    gated and built first in a pool of `jobs` processes (CUTLASS builds take tens of seconds each),
+    then evaluated one at a time."""
     from rl_kernels.archive import passed_every_gate
+    from rl_kernels.evaluation.build import build_many
     from rl_kernels.evaluation.evaluator import Evaluator
     from rl_kernels.tasks.hgemm import hgemm_task
 
     files = sorted(p for p in directory.rglob("*") if p.suffix in KERNEL_SUFFIXES and p.is_file())
-    named = [(f, _SHAPE_RE.fullmatch(f.stem)) for f in files]
-    if not any(match for _, match in named):
+    named = []
+    for f in files:
+        if _SHAPE_RE.fullmatch(f.stem) is None:
+            progress(f"skip {f.name}: not named M_N_K")
+        else:
+            named.append((f, hgemm_task(f"hgemm/{accumulator}/{f.stem}"), f.read_text()))
+    if not named:
         raise ConfigError(f"--from {directory}: no kernel file named M_N_K{'/'.join(KERNEL_SUFFIXES)} "
                           "(CUDA-L2's naming, e.g. 4096_4096_4096.cu)")
+    done = iter(range(1, len(named) + 1))
+    builds = build_many([(task, source) for _, task, source in named], cfg.eval, jobs,
+                        on_done=lambda: progress(f"built {next(done)}/{len(named)}"))
     evaluator = Evaluator(cfg.eval)
     found = []
     try:
-        for i, (f, match) in enumerate(named, 1):
-            if match is None:
-                progress(f"skip {f.name}: not named M_N_K")
-                continue
-            task = hgemm_task(f"hgemm/{accumulator}/{f.stem}")
-            m = evaluator.evaluate(task, f.read_text())
+        for i, ((f, task, source), build) in enumerate(zip(named, builds), 1):
+            m = evaluator.evaluate(task, source, build if build.key else None)
             if not passed_every_gate(m):
                 progress(f"[{i}/{len(named)}] {f.name}: left out, {m.rejected or 'not correct'} "
                          f"{m.detail.splitlines()[0] if m.detail else ''}")
                 continue
             progress(f"[{i}/{len(named)}] {f.name}: verified, {m.speedup:.3f}x {m.baseline}")
-            found.append(Candidate(task.id, f.read_text(), {
+            found.append(Candidate(task.id, source, {
                 "from": str(f), "speedup": m.speedup, "baseline": m.baseline, "mode": m.mode, "device": m.device,
                 "candidate_ms": m.candidate_ms, "baseline_ms": m.baseline_ms, "baselines_ms": m.baselines_ms}))
     finally:

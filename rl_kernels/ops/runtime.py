@@ -209,7 +209,7 @@ class KernelLibrary:
         nn.Linear weight) saves the transpose copy the kernels' ABI otherwise costs per call."""
         choice = self.choose(a, b, accumulator)
         m, n = (a.shape[0], b.shape[-1]) if a.dim() == 2 and b.dim() == 2 else (-1, -1)
-        k = a.shape[-1]
+        k = a.shape[-1] if a.dim() else -1
         self.calls[(m, n, k, accumulator, choice.path, choice.reason)] += 1
         if choice.path == "matmul":
             log.debug("hgemm %sx%sx%s %s: torch.matmul (%s)", m, n, k, accumulator, choice.reason)

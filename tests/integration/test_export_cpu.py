@@ -49,10 +49,11 @@ def kernel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def verified(kernel_dir: Path, cache_dir: Path) -> list[Candidate]:
     """The kernel directory through the whole evaluator: the two honest kernels pass, the rest not."""
     lines: list[str] = []
-    candidates = from_directory(kernel_dir, "fp32", _config(cache_dir), lines.append)
+    candidates = from_directory(kernel_dir, "fp32", _config(cache_dir), lines.append, jobs=2)
     assert sorted(c.task_id for c in candidates) == ["hgemm/fp32/128_64_32", "hgemm/fp32/64_64_64"], lines
     assert any("64_64_4096.cpp: left out, incorrect" in line for line in lines), lines
     assert any("notes.cpp: not named M_N_K" in line for line in lines), lines
+    assert "built 3/3" in lines, lines     # built in the pool first, then evaluated
     return candidates
 
 
