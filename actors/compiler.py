@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ray
 
-from actors.restarts import WorkLost, call_surviving_restarts
+from rl_kernels.actors.restarts import WorkLost, call_surviving_restarts
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.build import gated_build
 from rl_kernels.evaluation.reasons import Reason

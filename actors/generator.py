@@ -28,7 +28,7 @@ from typing import Any
 
 import ray
 
-from actors.restarts import call_surviving_restarts
+from rl_kernels.actors.restarts import call_surviving_restarts
 from rl_kernels.config import ClusterConfig, PolicyConfig
 from rl_kernels.host_share import HostShare
 from rl_kernels.policy import Completion, Messages, SamplingParams, adapter_name

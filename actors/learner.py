@@ -16,9 +16,9 @@ from typing import Any
 
 import ray
 
-from learner.publish import adapter_dir, prune_adapters, publish_adapter, published_versions
-from learner.checkpoints import CHECKPOINTS, checkpoint_steps, rotate_checkpoints
-from learner.trainer import GrpoTrainer
+from rl_kernels.learner.publish import adapter_dir, prune_adapters, publish_adapter, published_versions
+from rl_kernels.learner.checkpoints import CHECKPOINTS, checkpoint_steps, rotate_checkpoints
+from rl_kernels.learner.trainer import GrpoTrainer
 from rl_kernels.config import Config
 from rl_kernels.host_share import host_share
 from rl_kernels.trajectories import Group

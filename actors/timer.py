@@ -29,7 +29,7 @@ from typing import Any
 import ray
 from filelock import FileLock, Timeout
 
-from actors.restarts import call_surviving_restarts
+from rl_kernels.actors.restarts import call_surviving_restarts
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.device import device_lock
 from rl_kernels.evaluation.evaluator import Evaluator

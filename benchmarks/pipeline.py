@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from cluster.driver import RolloutDriver  # noqa: E402
+from rl_kernels.cluster.driver import RolloutDriver  # noqa: E402
 from rl_kernels.config import load_config  # noqa: E402
 from rl_kernels.prompts.parsing import code_language  # noqa: E402
 from rl_kernels.tasks import get_task  # noqa: E402

@@ -29,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cluster.train import SUMMARY, TrainDriver  # noqa: E402
+from rl_kernels.cluster.train import SUMMARY, TrainDriver  # noqa: E402
 from rl_kernels.config import load_config  # noqa: E402
 from rl_kernels.metrics import read_metrics  # noqa: E402
 from rl_kernels.trajectories import read_groups  # noqa: E402

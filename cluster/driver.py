@@ -27,10 +27,10 @@ from typing import Any
 
 import ray
 
-from actors.compiler import build_or_fail
-from actors.generator import GENERATOR_FAILED, generate_or_fail
-from actors.timer import evaluate_or_fail
-from cluster.graph import ProducerGraph, build_graph, kill_graph, start_ray
+from rl_kernels.actors.compiler import build_or_fail
+from rl_kernels.actors.generator import GENERATOR_FAILED, generate_or_fail
+from rl_kernels.actors.timer import evaluate_or_fail
+from rl_kernels.cluster.graph import ProducerGraph, build_graph, kill_graph, start_ray
 from rl_kernels.archive import KernelArchive
 from rl_kernels.config import Config, ConfigError, dump_config
 from rl_kernels.metrics import MetricsSink, group_metrics

@@ -15,12 +15,12 @@ from typing import Any
 
 import ray
 
-from actors.buffer import ReplayBufferActor
-from actors.compiler import CompilerActor
-from actors.generator import GeneratorActor, generator_options
-from actors.learner import LearnerActor, learner_options
-from actors.timer import TimerActor, timer_options
-from cluster.pools import ActorPool
+from rl_kernels.actors.buffer import ReplayBufferActor
+from rl_kernels.actors.compiler import CompilerActor
+from rl_kernels.actors.generator import GeneratorActor, generator_options
+from rl_kernels.actors.learner import LearnerActor, learner_options
+from rl_kernels.actors.timer import TimerActor, timer_options
+from rl_kernels.cluster.pools import ActorPool
 from rl_kernels.config import Config, EvalConfig
 from rl_kernels.host_share import host_share
 

@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster.driver import RolloutDriver
-from cluster.graph import ProducerGraph, build_graph, kill_graph
-from learner.checkpoints import CHECKPOINTS, checkpoint_steps, python_rng_state, rotate_checkpoints
-from learner.publish import adapter_dir, publish_adapter
-from learner.sft import EncodedExample, SftTrainer
+from rl_kernels.cluster.driver import RolloutDriver
+from rl_kernels.cluster.graph import ProducerGraph, build_graph, kill_graph
+from rl_kernels.learner.checkpoints import CHECKPOINTS, checkpoint_steps, python_rng_state, rotate_checkpoints
+from rl_kernels.learner.publish import adapter_dir, publish_adapter
+from rl_kernels.learner.sft import EncodedExample, SftTrainer
 from rl_kernels.metrics import MetricsSink, group_metrics
 from rl_kernels.trajectories import Group, Trajectory
 from rl_kernels.types import Task

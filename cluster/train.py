@@ -24,10 +24,10 @@ import statistics
 import time
 from typing import Any
 
-from actors.generator import generate_or_fail
-from cluster.driver import RolloutDriver
-from cluster.graph import ProducerGraph
-from learner.checkpoints import python_rng_state
+from rl_kernels.actors.generator import generate_or_fail
+from rl_kernels.cluster.driver import RolloutDriver
+from rl_kernels.cluster.graph import ProducerGraph
+from rl_kernels.learner.checkpoints import python_rng_state
 from rl_kernels.heldout import (TaskTally, append_report, heldout_metrics, heldout_prompt, heldout_sampling,
                                 summarize, summary_line)
 from rl_kernels.metrics import MetricsSink, group_metrics
@@ -75,7 +75,7 @@ class TrainDriver(RolloutDriver):
         if state is not None:
             self.rng.setstate(python_rng_state(state["driver"]["rng"]))
         if version > 0:
-            from learner.publish import adapter_dir
+            from rl_kernels.learner.publish import adapter_dir
 
             self._adapter_paths[version] = str(adapter_dir(self.run_dir, version))
             await self._announce(graph, version, self._adapter_paths[version])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from learner.grpo import group_advantages
+from rl_kernels.learner.grpo import group_advantages
 from rl_kernels.config import StdScaling
 from rl_kernels.trajectories import Group
 

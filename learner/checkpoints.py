@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from learner.engine import PolicyEngine
+from rl_kernels.learner.engine import PolicyEngine
 
 CHECKPOINTS = "checkpoints"   # the run directory's folder of them
 CHECKPOINT_PREFIX = "step-"

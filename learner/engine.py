@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from learner.batch import MicroBatch
+from rl_kernels.learner.batch import MicroBatch
 from rl_kernels.config import LearnerConfig
 from rl_kernels.policy.factory import torch_dtype
 from rl_kernels.policy.models import load_causal_lm

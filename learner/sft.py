@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from learner.batch import Sample, micro_batches
-from learner.checkpoints import load_checkpoint, save_checkpoint
-from learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_trained,
+from rl_kernels.learner.batch import Sample, micro_batches
+from rl_kernels.learner.checkpoints import load_checkpoint, save_checkpoint
+from rl_kernels.learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_trained,
                             token_logprobs)
 from rl_kernels.config import LearnerConfig
 from rl_kernels.sft.examples import SftExample

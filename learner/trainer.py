@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 
-from learner.batch import MicroBatch, TrainBatch, assemble_batch, micro_batches
-from learner.checkpoints import load_checkpoint, save_checkpoint
-from learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_trained,
+from rl_kernels.learner.batch import MicroBatch, TrainBatch, assemble_batch, micro_batches
+from rl_kernels.learner.checkpoints import load_checkpoint, save_checkpoint
+from rl_kernels.learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_trained,
                             token_logprobs)
-from learner.grpo import grpo_loss
+from rl_kernels.learner.grpo import grpo_loss
 from rl_kernels.config import GrpoConfig, LearnerConfig
 from rl_kernels.host_share import HostShare, SharedUse
 from rl_kernels.trajectories import Group

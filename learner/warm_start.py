@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from learner.sft import EncodedExample, SftTrainer, encode_example
+from rl_kernels.learner.sft import EncodedExample, SftTrainer, encode_example
 from rl_kernels.config import Config, ConfigError
 from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.prompts.builder import Exemplar

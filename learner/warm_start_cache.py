@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from filelock import FileLock
 
-from learner.warm_start import REPORT, SFT_DIR, output_name, run_warm_start
+from rl_kernels.learner.warm_start import REPORT, SFT_DIR, output_name, run_warm_start
 from rl_kernels.config import Config
 from rl_kernels.tasks.ladder import LADDER_DIR
 from rl_kernels.tasks.suites import BUILTIN_DIR

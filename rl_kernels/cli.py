@@ -246,7 +246,7 @@ def cmd_export(args: argparse.Namespace, cfg: Config) -> int:
 
 def cmd_rollout(args: argparse.Namespace, cfg: Config) -> int:
     """The producer half on Ray (imported here: the library itself never imports Ray)."""
-    from cluster.driver import RolloutDriver, RunDirError
+    from rl_kernels.cluster.driver import RolloutDriver, RunDirError
 
     try:
         summary = RolloutDriver(cfg, resume=args.resume, progress=not args.no_progress).run()
@@ -277,13 +277,13 @@ def _rollout_summary(s: dict[str, Any]) -> str:
 def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     """Generators, compile pool, timers, buffer and the learner on Ray; ends with a summary and
     the run's report (Ray is imported here: the library itself never imports it)."""
-    from cluster.driver import RunDirError
-    from cluster.train import TrainDriver
+    from rl_kernels.cluster.driver import RunDirError
+    from rl_kernels.cluster.train import TrainDriver
     from rl_kernels.report import write_report
 
     warm = None
     if cfg.sft.before_train and cfg.policy.init_adapter is None and not args.resume_dir:
-        from learner.warm_start_cache import cached_warm_start, start_from
+        from rl_kernels.learner.warm_start_cache import cached_warm_start, start_from
 
         warm = cached_warm_start(cfg, lambda line: print(line, flush=True))
         print(_warm_start_line(warm.report, warm.output, warm.reused), flush=True)
@@ -349,8 +349,8 @@ def _archive_line(rows: list[dict[str, Any]]) -> str:
 
 def cmd_selftrain(args: argparse.Namespace, cfg: Config) -> int:
     """Stage 2 on Ray (generators, compile pool, timers, buffer), the fine-tuning in this process."""
-    from cluster.driver import RunDirError
-    from cluster.selftrain import SelfTrainDriver
+    from rl_kernels.cluster.driver import RunDirError
+    from rl_kernels.cluster.selftrain import SelfTrainDriver
 
     try:
         s = SelfTrainDriver(cfg, resume=bool(args.resume_dir)).run()
@@ -365,7 +365,7 @@ def cmd_selftrain(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_sft(args: argparse.Namespace, cfg: Config) -> int:
-    from learner.warm_start import run_warm_start
+    from rl_kernels.learner.warm_start import run_warm_start
 
     report = run_warm_start(cfg, lambda line: print(line, file=sys.stderr, flush=True))
     samples = report.get("samples") or {}
@@ -395,7 +395,7 @@ def cmd_heldout(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def _heldout(args: argparse.Namespace, cfg: Config, run: Path) -> dict[str, Any]:
-    from learner.publish import adapter_dir, published_versions
+    from rl_kernels.learner.publish import adapter_dir, published_versions
     from rl_kernels.heldout import append_report, evaluate_heldout
     from rl_kernels.tasks import load_suite
     from rl_kernels.tasks.split import task_split

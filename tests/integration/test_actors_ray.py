@@ -19,9 +19,9 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.exceptions import RayActorError  # noqa: E402
 
-from actors.buffer import ReplayBufferActor  # noqa: E402
-from actors.compiler import CompilerActor, build_or_fail  # noqa: E402
-from actors.timer import TIMER_FAILED, TimerActor, evaluate_or_fail, timer_options  # noqa: E402
+from rl_kernels.actors.buffer import ReplayBufferActor  # noqa: E402
+from rl_kernels.actors.compiler import CompilerActor, build_or_fail  # noqa: E402
+from rl_kernels.actors.timer import TIMER_FAILED, TimerActor, evaluate_or_fail, timer_options  # noqa: E402
 from rl_kernels.config import EvalConfig  # noqa: E402
 from rl_kernels.staleness import StaleVersionError  # noqa: E402
 from rl_kernels.tasks import get_task  # noqa: E402

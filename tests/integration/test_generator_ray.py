@@ -19,7 +19,7 @@ import pytest
 ray = pytest.importorskip("ray")
 from tiny_model import PROMPTS, save_tiny_llama, save_tiny_lora  # noqa: E402
 
-from actors.generator import (  # noqa: E402
+from rl_kernels.actors.generator import (  # noqa: E402
     AdapterNotLoadedError,
     GeneratorActor,
     generate_or_fail,

@@ -34,7 +34,7 @@ from test_rollout_ray import ANSWER, MAX_NEW_TOKENS, TASK  # noqa: E402
 from test_train_ray import NO_CODE  # noqa: E402
 from tiny_model import save_memorizing_llama  # noqa: E402
 
-from learner.publish import published_versions  # noqa: E402
+from rl_kernels.learner.publish import published_versions  # noqa: E402
 from processes import gone  # noqa: E402
 from rl_kernels.metrics import read_metrics  # noqa: E402
 

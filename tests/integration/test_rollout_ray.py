@@ -31,10 +31,10 @@ import pytest
 ray = pytest.importorskip("ray")
 from tiny_model import save_memorizing_llama  # noqa: E402
 
-from actors.compiler import COMPILER_FAILED  # noqa: E402
-from actors.timer import TIMER_FAILED  # noqa: E402
-from cluster.driver import SUMMARY, RolloutDriver  # noqa: E402
-from cluster.graph import kill_graph  # noqa: E402
+from rl_kernels.actors.compiler import COMPILER_FAILED  # noqa: E402
+from rl_kernels.actors.timer import TIMER_FAILED  # noqa: E402
+from rl_kernels.cluster.driver import SUMMARY, RolloutDriver  # noqa: E402
+from rl_kernels.cluster.graph import kill_graph  # noqa: E402
 from rl_kernels.archive import KernelArchive, passed_every_gate, source_sha256  # noqa: E402
 from rl_kernels.config import Config, load_config  # noqa: E402
 from rl_kernels.metrics import read_metrics  # noqa: E402

@@ -14,9 +14,9 @@ pytest.importorskip("ray")
 from test_rollout_ray import ANSWER, MAX_NEW_TOKENS, TASK  # noqa: E402
 from tiny_model import save_memorizing_llama  # noqa: E402
 
-from cluster.driver import RunDirError  # noqa: E402
-from cluster.selftrain import SUMMARY, SelfTrainDriver, round_examples  # noqa: E402
-from learner.publish import published_versions  # noqa: E402
+from rl_kernels.cluster.driver import RunDirError  # noqa: E402
+from rl_kernels.cluster.selftrain import SUMMARY, SelfTrainDriver, round_examples  # noqa: E402
+from rl_kernels.learner.publish import published_versions  # noqa: E402
 from rl_kernels.config import load_config  # noqa: E402
 from rl_kernels.metrics import read_metrics  # noqa: E402
 from rl_kernels.trajectories import Group, Trajectory, read_groups  # noqa: E402

@@ -25,8 +25,8 @@ pytest.importorskip("ray")
 from test_rollout_ray import ANSWER, MAX_NEW_TOKENS, TASK  # noqa: E402
 from tiny_model import save_memorizing_llama  # noqa: E402
 
-from cluster.train import SUMMARY, TrainDriver  # noqa: E402
-from learner.publish import published_versions  # noqa: E402
+from rl_kernels.cluster.train import SUMMARY, TrainDriver  # noqa: E402
+from rl_kernels.learner.publish import published_versions  # noqa: E402
 from rl_kernels.buffer_restore import RESUMED, restore_buffer  # noqa: E402
 from rl_kernels.config import Config, load_config  # noqa: E402
 from rl_kernels.metrics import read_metrics  # noqa: E402

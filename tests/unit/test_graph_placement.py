@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from cluster.graph import PlacementError, required_resources, timer_configs
+from rl_kernels.cluster.graph import PlacementError, required_resources, timer_configs
 from rl_kernels.config import load_config
 
 

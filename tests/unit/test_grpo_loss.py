@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from learner.grpo import group_advantages, grpo_loss
+from rl_kernels.learner.grpo import group_advantages, grpo_loss
 from rl_kernels.config import GrpoConfig
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from learner.batch import BatchError, assemble_batch, micro_batches
+from rl_kernels.learner.batch import BatchError, assemble_batch, micro_batches
 from rl_kernels.trajectories import Group, Trajectory
 
 

@@ -12,9 +12,9 @@ import torch
 from tiny_model import PROMPTS, save_tiny_llama
 from transformers import AutoTokenizer
 
-from learner.batch import Sample, micro_batches
-from learner.engine import build_policy_engine, token_logprobs
-from learner.sft import SftTrainer, encode_example
+from rl_kernels.learner.batch import Sample, micro_batches
+from rl_kernels.learner.engine import build_policy_engine, token_logprobs
+from rl_kernels.learner.sft import SftTrainer, encode_example
 from rl_kernels.config import LearnerConfig
 from rl_kernels.policy import SamplingParams
 from rl_kernels.policy.hf import HFPolicy

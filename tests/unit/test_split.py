@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.driver import select_tasks
-from learner.warm_start import _read
+from rl_kernels.cluster.driver import select_tasks
+from rl_kernels.learner.warm_start import _read
 from rl_kernels.config import ConfigError, SplitConfig, load_config
 from rl_kernels.tasks import get_task, load_suite, scan_task_dir
 from rl_kernels.tasks.split import HeldoutLeak, task_split

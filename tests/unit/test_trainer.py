@@ -18,10 +18,10 @@ import torch
 from safetensors.torch import load_file
 from tiny_model import PROMPTS, save_tiny_llama
 
-from learner.engine import lr_factor
-from learner.publish import adapter_dir, prune_adapters, publish_adapter, published_versions
-from learner.checkpoints import checkpoint_steps, rotate_checkpoints
-from learner.trainer import GrpoTrainer
+from rl_kernels.learner.engine import lr_factor
+from rl_kernels.learner.publish import adapter_dir, prune_adapters, publish_adapter, published_versions
+from rl_kernels.learner.checkpoints import checkpoint_steps, rotate_checkpoints
+from rl_kernels.learner.trainer import GrpoTrainer
 from rl_kernels.config import GrpoConfig, LearnerConfig
 from rl_kernels.host_share import HostShare, SharedUse
 from rl_kernels.policy import SamplingParams

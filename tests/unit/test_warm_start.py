@@ -12,7 +12,7 @@ import torch
 from tiny_model import save_tiny_llama
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from learner.warm_start_cache import cached_warm_start, start_from, warm_start_key
+from rl_kernels.learner.warm_start_cache import cached_warm_start, start_from, warm_start_key
 from rl_kernels.cli import main
 from rl_kernels.config import load_config
 from rl_kernels.tasks import get_task
