@@ -31,7 +31,7 @@ from rl_kernels.evaluation.reasons import Reason, Rejected
 from rl_kernels.evaluation.shared import MappedSet, attach
 from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, device_sync
 from rl_kernels.evaluation.worker import (cache_bytes, dispatched_ops, check_identities, check_torch_threads,
-                                          classify_error, error_detail, lock_down, setup_device, task_from_json,
+                                          error_verdict, lock_down, setup_device, task_from_json,
                                           timer_identities, unpack_candidate)
 
 
@@ -196,14 +196,7 @@ class Runner:
 
 
 def failure(exc: BaseException, runner: Runner | None) -> dict[str, Any]:
-    if isinstance(exc, Rejected):
-        reason, detail = exc.reason, exc.detail
-    else:
-        reason = classify_error(exc)
-        detail = error_detail(exc)
-    if runner is not None and runner.violations is not None and runner.violations.items:
-        kind, what = runner.violations.items[0]
-        reason, detail = Reason(kind), f"sandbox refused: {what}; then: {detail}"
+    reason, detail = error_verdict(exc, runner.violations if runner is not None else None)
     return {"reject": reason.value, "detail": detail}
 
 

@@ -68,6 +68,20 @@ def error_detail(exc: BaseException, frames: int = 3) -> str:
     return f"{message} (raised at {where})" if where else message
 
 
+def error_verdict(exc: BaseException, violations: sandbox_policy.Violations | None) -> tuple[Reason, str]:
+    """Why a job that raised `exc` is refused, in the worker and in the runner alike: a refusal's own
+    reason, else the error's class and where it was raised; a sandbox violation recorded before it
+    takes precedence (the error is what the refused operation left behind)."""
+    if isinstance(exc, Rejected):
+        reason, detail = exc.reason, exc.detail
+    else:
+        reason, detail = classify_error(exc), error_detail(exc)
+    if violations is not None and violations.items:
+        kind, what = violations.items[0]
+        return Reason(kind), f"sandbox refused: {what}; then: {detail}"
+    return reason, detail
+
+
 class Reporter:
     """Phase lines, heartbeats and the verdict, as JSON lines on the pipe the parent reads.
 
@@ -122,9 +136,10 @@ def setup_device(backend: str, cfg: EvalConfig) -> str:
         if not torch.cuda.is_available():
             raise RuntimeError("backend cuda requested but no CUDA device is visible")
         torch.cuda.init()
-        if torch.cuda.device_count() < 1:   # seen in forked workers on an H100 host: not the candidate's doing
+        count = torch.cuda.device_count()
+        if count < 1:   # seen in forked workers on an H100 host: not the candidate's doing
             raise RuntimeError(f"the CUDA driver initialised, yet torch.cuda.device_count() is "
-                               f"{torch.cuda.device_count()} (the runtime counts {torch._C._cuda_getDeviceCount()}): "
+                               f"{count} (the runtime counts {torch._C._cuda_getDeviceCount()}): "
                                "this worker's view of the device is broken; if it was forked from the fork server, "
                                "eval.sandbox.fork_server=false starts workers as new processes")
         return "cuda"
@@ -571,11 +586,7 @@ def serve(job_path: Path, fd: int, go_fd: int, flags: list[str]) -> None:
         report.final({"ok": False, "reason": exc.reason.value, "detail": exc.detail})
     except Exception as exc:  # noqa: BLE001 - the one boundary where arbitrary candidate code may raise anything
         traceback.print_exc()   # the whole trace in the worker's stderr (the parent keeps its tail)
-        reason = classify_error(exc)
-        detail = error_detail(exc)
-        if report.violations is not None and report.violations.items:
-            kind, what = report.violations.items[0]
-            reason, detail = Reason(kind), f"sandbox refused: {what}; then: {detail}"
+        reason, detail = error_verdict(exc, report.violations)
         report.final({"ok": False, "reason": reason.value, "detail": detail})
     # Skip interpreter teardown: a corrupted CUDA context or candidate atexit code must not matter now.
     os._exit(0)
