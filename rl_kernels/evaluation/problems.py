@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from rl_kernels.config import EvalConfig
+from rl_kernels.config import CorrectnessConfig, EvalConfig
 from rl_kernels.evaluation.correctness import Tolerance, as_output_list, dtype_tolerance
 from rl_kernels.evaluation.inputs import refill_, resample_inputs, to_device, to_reference_precision
 from rl_kernels.types import HgemmSpec, Task
@@ -47,6 +47,14 @@ def _guarded(numel: int, shape: tuple[int, ...], dtype: torch.dtype, device: str
     return body, [buf[:GUARD_ELEMS], buf[GUARD_ELEMS + numel:]]
 
 
+def hgemm_relnorm(c: CorrectnessConfig, accumulator: str, k: int) -> float:
+    """The relative-norm bound of an hgemm result against the fp32 product: output rounding for an
+    fp32-accumulate kernel, plus per-add rounding that grows like sqrt(K) for an fp16 one."""
+    if accumulator == "fp32":
+        return c.hgemm_fp32_acc_relnorm
+    return max(c.hgemm_fp32_acc_relnorm, c.hgemm_fp16_acc_relnorm_per_sqrt_k * math.sqrt(k))
+
+
 class HgemmProblem:
     """C[MxN] = A[MxK] . B[KxN] in fp16 with the CUDA-L2 argument layout."""
 
@@ -69,10 +77,7 @@ class HgemmProblem:
 
     def tolerance(self) -> Tolerance:
         c = self.cfg.correctness
-        if self.spec.accumulator == "fp32":
-            rel = c.hgemm_fp32_acc_relnorm
-        else:
-            rel = max(c.hgemm_fp32_acc_relnorm, c.hgemm_fp16_acc_relnorm_per_sqrt_k * math.sqrt(self.spec.k))
+        rel = hgemm_relnorm(c, self.spec.accumulator, self.spec.k)
         return Tolerance(atol=0.0, rtol=c.rtol["float16"], relnorm=rel, atol_rms_multiple=8 * rel)
 
     def add_cublas(self, lib: Any) -> None:

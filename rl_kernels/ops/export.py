@@ -19,6 +19,7 @@ The package: `OUT/pyproject.toml` and `OUT/NAME/` holding `manifest.json`, `kern
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
@@ -28,7 +29,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,7 +211,6 @@ def verify(package: Path, cfg: Config, device: torch.device) -> list[dict[str, A
         rows.append({**entry, "op_ms_now": again.get("op_ms"), "matmul_ms_now": again.get("matmul_ms"),
                      "speedup_now": again.get("speedup"), "now": again["path"],
                      "holds": again["path"] == entry["path"]})
-        library.plan[(entry["m"], entry["n"], entry["k"], entry["accumulator"])] = entry
     return rows
 
 
@@ -256,29 +256,30 @@ def _provisional_plan(kernels: list[dict[str, Any]], shapes: list[tuple[int, int
 
 
 def _decide(library: KernelLibrary, entry: dict[str, Any], device: torch.device, cfg: Config) -> dict[str, Any]:
-    """Checks the kernel path of `entry` on random inputs and times it against torch.matmul."""
+    """Checks the kernel path of `entry` on random inputs and times it against torch.matmul, through
+    the library's own dispatch (the plan holds `entry` meanwhile; whatever it held before is put back)."""
+    from rl_kernels.evaluation.problems import hgemm_relnorm
+
     if entry["path"] == "matmul":
         return entry
     m, n, k, acc = entry["m"], entry["n"], entry["k"], entry["accumulator"]
     gen = torch.Generator(device=device).manual_seed(cfg.export.seed + m * 31 + n * 17 + k)
-    library.plan[(m, n, k, acc)] = {**entry, "reason": "being measured"}
-    for _ in range(cfg.export.check_sets):
-        a = torch.randn((m, k), generator=gen, device=device).half()
-        b = torch.randn((k, n), generator=gen, device=device).half()
-        got = library.hgemm(a, b, accumulator=acc).float()
-        ref = a.float() @ b.float()
-        err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
-        limit = _tolerance(cfg, acc, k)
-        if not math.isfinite(err) or err > limit:
-            del library.plan[(m, n, k, acc)]
-            return {**entry, "path": "matmul", "kernel": None, "pad_to": None, "op_ms": None, "matmul_ms": None,
-                    "speedup": None, "reason": f"wrong here: relative-norm error {err:.3g} > {limit:.3g}"}
-    op_ms, matmul_ms = time_pair(lambda: library.hgemm(a, b, accumulator=acc), lambda: torch.matmul(a, b),
-                                 device, cfg.export.warmup, cfg.export.reps)
+    limit = hgemm_relnorm(cfg.eval.correctness, acc, k)
+    with _planned(library, entry):
+        for _ in range(cfg.export.check_sets):
+            a = torch.randn((m, k), generator=gen, device=device).half()
+            b = torch.randn((k, n), generator=gen, device=device).half()
+            got = library.hgemm(a, b, accumulator=acc).float()
+            ref = a.float() @ b.float()
+            err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+            if not math.isfinite(err) or err > limit:
+                return {**entry, "path": "matmul", "kernel": None, "pad_to": None, "op_ms": None, "matmul_ms": None,
+                        "speedup": None, "reason": f"wrong here: relative-norm error {err:.3g} > {limit:.3g}"}
+        op_ms, matmul_ms = time_pair(lambda: library.hgemm(a, b, accumulator=acc), lambda: torch.matmul(a, b),
+                                     device, cfg.export.warmup, cfg.export.reps)
     speedup = matmul_ms / op_ms
     what = f"padded to {'x'.join(map(str, entry['pad_to']))}, " if entry.get("pad_to") else ""
     measured = {"op_ms": round(op_ms, 6), "matmul_ms": round(matmul_ms, 6), "speedup": round(speedup, 4)}
-    del library.plan[(m, n, k, acc)]
     if speedup >= cfg.export.min_speedup:
         return {**entry, **measured,
                 "reason": f"{what}{speedup:.3f}x torch.matmul at export ({op_ms:.4f} vs {matmul_ms:.4f} ms)"}
@@ -287,9 +288,19 @@ def _decide(library: KernelLibrary, entry: dict[str, Any], device: torch.device,
                       f"{cfg.export.min_speedup}"}
 
 
-def _tolerance(cfg: Config, accumulator: str, k: int) -> float:
-    c = cfg.eval.correctness
-    return c.hgemm_fp32_acc_relnorm if accumulator == "fp32" else c.hgemm_fp16_acc_relnorm_per_sqrt_k * math.sqrt(k)
+@contextlib.contextmanager
+def _planned(library: KernelLibrary, entry: dict[str, Any]) -> Iterator[None]:
+    """`entry`'s shape dispatched by `entry` while the block runs, then as before (or not at all)."""
+    key = (entry["m"], entry["n"], entry["k"], entry["accumulator"])
+    before = library.plan.get(key)
+    library.plan[key] = {"reason": "being measured", **entry}
+    try:
+        yield
+    finally:
+        if before is None:
+            del library.plan[key]
+        else:
+            library.plan[key] = before
 
 
 def time_pair(f: Callable[[], Any], g: Callable[[], Any], device: torch.device, warmup: int,
