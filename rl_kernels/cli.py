@@ -230,12 +230,13 @@ def cmd_export(args: argparse.Namespace, cfg: Config) -> int:
         backend = cfg.eval.backend
         name = ex.check_name(args.name or f"rlk_hgemm_{backend}")
         shapes = ex.parse_shapes(args.shapes or "")
+        jobs = args.jobs or max(1, len(os.sched_getaffinity(0)))
         if source.is_file() or (source / "archive.sqlite").is_file():
             candidates = ex.from_archive(source, backend)
         else:
-            candidates = ex.from_directory(source, args.accumulator, cfg, ex.progress_to_stderr,
-                                           args.jobs or max(1, len(os.sched_getaffinity(0))))
-        manifest = ex.export(candidates, Path(args.out), name, cfg, shapes, device, str(source), ex.progress_to_stderr)
+            candidates = ex.from_directory(source, args.accumulator, cfg, ex.progress_to_stderr, jobs)
+        manifest = ex.export(candidates, Path(args.out), name, cfg, shapes, device, str(source),
+                             ex.progress_to_stderr, jobs)
     except LibraryError as exc:
         raise ConfigError(str(exc)) from None
     paths = [p["path"] for p in manifest["plan"]]
@@ -464,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", help="extra M_N_K shapes to plan on zero-padded larger kernels, comma-separated")
     p.add_argument("--accumulator", choices=["fp32", "fp16"], default="fp32",
                    help="accumulator of a kernel directory's kernels (an archive names its own)")
-    p.add_argument("--jobs", type=int, default=0, help="parallel builds of a kernel directory (default: all cores)")
+    p.add_argument("--jobs", type=int, default=0, help="parallel builds (default: all cores)")
     p.add_argument("--verify", metavar="PACKAGE_DIR", help="measure an exported package's plan again here "
                                                           "(exit 1 when a decision no longer holds)")
     _common(p)

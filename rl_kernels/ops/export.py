@@ -137,10 +137,11 @@ def from_directory(directory: Path, accumulator: str, cfg: Config, progress: Pro
 
 
 def export(candidates: list[Candidate], out: Path, name: str, cfg: Config, shapes: list[tuple[int, int, int]],
-           device: torch.device, source: str, progress: Progress) -> dict[str, Any]:
-    """Builds, checks and times the candidates on `device` and writes the package; returns its manifest."""
+           device: torch.device, source: str, progress: Progress, jobs: int = 1) -> dict[str, Any]:
+    """Builds the candidates (`jobs` at a time), checks and times them on `device` and writes the
+    package; returns its manifest."""
     from rl_kernels.archive import source_sha256
-    from rl_kernels.evaluation.evaluator import Evaluator
+    from rl_kernels.evaluation.build import build_many
     from rl_kernels.tasks.hgemm import hgemm_task, parse_hgemm_id
 
     check_name(name)
@@ -156,26 +157,21 @@ def export(candidates: list[Candidate], out: Path, name: str, cfg: Config, shape
     if package.exists():
         shutil.rmtree(package)
     (package / "kernels").mkdir(parents=True)
-    evaluator = Evaluator(cfg.eval)
+    builds = build_many([(hgemm_task(c.task_id), c.source) for c in best.values()], cfg.eval, jobs)
     kernels = []
-    try:
-        for i, cand in enumerate(best.values(), 1):
-            spec = parse_hgemm_id(cand.task_id)
-            build = evaluator.build(hgemm_task(cand.task_id), cand.source)
-            if not build.ok or build.artifact is None:
-                progress(f"[{i}/{len(best)}] {cand.task_id}: left out, the build failed ({build.reason})")
-                continue
-            kid = f"{spec.accumulator}_{spec.m}_{spec.n}_{spec.k}_{source_sha256(cand.source)[:12]}"
-            file = package / "kernels" / f"{kid}.so"
-            file.write_bytes(build.artifact)
-            kernels.append({"id": kid, "task": cand.task_id, "m": spec.m, "n": spec.n, "k": spec.k,
-                            "accumulator": spec.accumulator, "file": file.relative_to(package).as_posix(),
-                            "sha256": runtime.file_sha256(file), "source_sha256": source_sha256(cand.source),
-                            "build_path": build.path, "measured": cand.provenance})
-            progress(f"[{i}/{len(best)}] {cand.task_id}: built ({build.seconds:.1f} s"
-                     f"{', cached' if build.cached else ''})")
-    finally:
-        evaluator.close()
+    for i, (cand, build) in enumerate(zip(best.values(), builds), 1):
+        spec = parse_hgemm_id(cand.task_id)
+        if not build.ok or build.artifact is None:
+            progress(f"[{i}/{len(best)}] {cand.task_id}: left out, the build failed ({build.reason})")
+            continue
+        kid = f"{spec.accumulator}_{spec.m}_{spec.n}_{spec.k}_{source_sha256(cand.source)[:12]}"
+        file = package / "kernels" / f"{kid}.so"
+        file.write_bytes(build.artifact)
+        kernels.append({"id": kid, "task": cand.task_id, "m": spec.m, "n": spec.n, "k": spec.k,
+                        "accumulator": spec.accumulator, "file": file.relative_to(package).as_posix(),
+                        "sha256": runtime.file_sha256(file), "source_sha256": source_sha256(cand.source),
+                        "build_path": build.path, "measured": cand.provenance})
+        progress(f"[{i}/{len(best)}] {cand.task_id}: built ({build.seconds:.1f} s{', cached' if build.cached else ''})")
     manifest = _manifest_head(name, backend, device, cfg, source)
     manifest["kernels"] = kernels
     manifest["plan"] = _provisional_plan(kernels, shapes, cfg)
