@@ -313,8 +313,8 @@ def _release_nvml() -> int:
     so an NVML it inherited initialised would answer through numbers that now name other files or
     none, and some torch versions ask NVML for the device count even after CUDA is initialised.
     Forked module workers on an H100 host failed their first `get_device_properties(0)` with
-    "Invalid device id" (a device count of 0; docs/EVALUATOR.md, run 17): this is the suspected
-    cause, not yet confirmed there.  NVML counts its initialisations; shut down as often, a child
+    "Invalid device id" (a device count of 0); there, a child forked with NVML inherited could not
+    initialise its own, and one forked after this release could (docs/EVALUATOR.md, runs 17-18).  NVML counts its initialisations; shut down as often, a child
     initialises its own, as a worker started as a new process does."""
     if "libnvidia-ml.so" not in Path("/proc/self/maps").read_text():
         return 0

@@ -142,8 +142,10 @@ def test_a_synchronising_call_does_not_grow_the_launch_cover(cuda_config: EvalCo
 
 def test_a_compiled_baseline_is_kept_between_evaluations(tmp_path: Path, cuda_config: EvalConfig) -> None:
     """The baseline measurement compiles torch.compile's baseline and keeps it; the evaluation
-    after it loads it (inductor's FX-graph cache hits, no miss) and takes less time than one that
-    compiles afresh."""
+    after it loads it (inductor's FX-graph cache hits, no miss), and its warm phase (the baseline's
+    first call, where the compile happens) is shorter than one that compiles afresh.  The whole
+    evaluation's seconds are not compared: adaptive timing rounds vary them by more than the compile
+    saves now that a forked worker has torch.compile's modules imported and warmed."""
     task = get_task("builtin/softmax")
     got = {}
     for keep in (True, False):
@@ -161,7 +163,8 @@ def test_a_compiled_baseline_is_kept_between_evaluations(tmp_path: Path, cuda_co
     assert fresh.get("fxgraph_cache_miss", 0) > 0, fresh
     assert any(p.is_file() for p in (tmp_path / "True" / "compiled-baselines").rglob("*"))
     assert not (tmp_path / "False" / "compiled-baselines").exists()
-    assert got[True].eval_seconds < got[False].eval_seconds, (got[True].eval_seconds, got[False].eval_seconds)
+    warm = {keep: got[keep].extra["phase_s"]["warm"] for keep in got}
+    assert warm[True] < warm[False], warm
 
 
 def test_a_kernel_with_a_cuda_guard_builds_against_torch(cuda_config: EvalConfig) -> None:
