@@ -34,6 +34,7 @@ from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.device import device_lock
 from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.evaluation.reward import measurement_reward
+from rl_kernels.placement import timer_resources
 from rl_kernels.types import Build, Measurement, Task
 
 TIMER_FAILED = "timer_failed"  # reason code: the timer died twice while evaluating this candidate
@@ -91,8 +92,8 @@ class TimerActor:
 
 def timer_options(cfg: EvalConfig, *, max_restarts: int) -> dict[str, Any]:
     """Ray options for a timer: a whole GPU on cuda (never shared with vLLM or the learner), one core on cpu."""
-    resources = {"num_gpus": 1, "num_cpus": 0} if cfg.backend == "cuda" else {"num_gpus": 0, "num_cpus": 1}
-    return {**resources, "max_restarts": max_restarts, "max_task_retries": 0}
+    cpus, gpus = timer_resources(cfg.backend)
+    return {"num_gpus": gpus, "num_cpus": cpus, "max_restarts": max_restarts, "max_task_retries": 0}
 
 
 async def evaluate_or_fail(timer: ray.actor.ActorHandle, task: Task, source: str,

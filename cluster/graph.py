@@ -1,7 +1,9 @@
-"""Builds the producer graph from config: Ray, then the buffer, compile pool, timers and generators.
+"""Builds the producer graph from config: Ray, the placement plan, then the buffer, compile pool,
+timers, generators and (in train mode) the learner.
 
-Every count comes from `cluster.*`; the resources each actor needs are checked against the cluster
-before any actor is created, so a config that cannot be placed fails at once with the numbers
+Every count comes from `cluster.*`. The plan (rl_kernels/placement.py) puts each actor on a node
+of the live cluster before any actor is created; one placement group reserves every bundle, each
+pinned to its planned node, so a config that cannot be placed fails at once with the numbers
 instead of leaving actors pending forever.
 """
 
@@ -10,10 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.util import placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rl_kernels.actors.buffer import ReplayBufferActor
 from rl_kernels.actors.compiler import CompilerActor
@@ -23,12 +29,10 @@ from rl_kernels.actors.timer import TimerActor, timer_options
 from rl_kernels.cluster.pools import ActorPool
 from rl_kernels.config import Config, EvalConfig
 from rl_kernels.host_share import host_share
+from rl_kernels.placement import NodeSpec, PlacementError, PlacementPlan, Slot, local_ray_cpus, plan_placement
 
 log = logging.getLogger(__name__)
-
-
-class PlacementError(RuntimeError):
-    """The configured actors do not fit the Ray cluster's resources."""
+NODE_ID_LABEL = "ray.io/node-id"      # the label every Ray node carries: its node id
 
 
 @dataclass
@@ -38,34 +42,13 @@ class ProducerGraph:
     compilers: ActorPool
     timers: ActorPool
     timer_configs: list[EvalConfig]
+    plan: PlacementPlan
+    placement_group: PlacementGroup
     learner: Any | None = None     # train mode only
 
     def all_actors(self) -> list[Any]:
         learner = [self.learner] if self.learner is not None else []
         return [self.buffer, *self.generators.actors, *self.compilers.actors, *self.timers.actors, *learner]
-
-
-def required_resources(cfg: Config, *, learner: bool = False) -> dict[str, float]:
-    """CPUs and GPUs the graph holds while it runs (the buffer holds none; the learner, in train
-    mode, one CPU and `learner.num_gpus`)."""
-    c = cfg.cluster
-    timer_gpus = shared_timer_gpus(cfg, learner=learner) if cfg.eval.backend == "cuda" else 0.0
-    cpus = c.num_generators + c.num_compilers + (c.num_timers if cfg.eval.backend == "cpu" else 0) + learner
-    gpus = c.num_generators * c.generator_num_gpus + c.num_timers * timer_gpus
-    return {"CPU": float(cpus), "GPU": gpus + (cfg.learner.num_gpus if learner else 0.0)}
-
-
-def shared_timer_gpus(cfg: Config, *, learner: bool) -> float:
-    """A timer's GPU share: a whole device, or on a shared device (single-GPU smoke runs) what the
-    generator and, in train mode, a learner on the GPU leave of it."""
-    if not cfg.eval.shared_device:
-        return 1.0
-    share = 1.0 - cfg.cluster.generator_num_gpus - (cfg.learner.num_gpus if learner else 0.0)
-    if share <= 0:
-        raise PlacementError(f"eval.shared_device: cluster.generator_num_gpus={cfg.cluster.generator_num_gpus}"
-                             + (f" + learner.num_gpus={cfg.learner.num_gpus}" if learner else "")
-                             + " leave no GPU share for the timer")
-    return share
 
 
 def start_ray(cfg: Config, *, learner: bool = False) -> bool:
@@ -76,28 +59,61 @@ def start_ray(cfg: Config, *, learner: bool = False) -> bool:
     if cfg.cluster.ray_address:
         ray.init(address=cfg.cluster.ray_address, log_to_driver=False)
         return True
-    need = required_resources(cfg, learner=learner)["CPU"] + 1   # + the buffer's scheduling slot
     cores = os.cpu_count() or 1
-    num_cpus = cfg.cluster.num_cpus or max(cores, int(need))
+    num_cpus = local_ray_cpus(cfg, cores, learner=learner)
     if num_cpus > cores:
         log.warning("local Ray gets %d logical CPUs on %d cores: the actors share cores (timings on the "
                     "cpu backend are then taken on a shared device)", num_cpus, cores)
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    custom = cfg.cluster.gpu_resource
+    resources = {custom: float(_local_gpus(cfg))} if custom != "GPU" else None
+    ray.init(num_cpus=num_cpus, resources=resources, include_dashboard=False, log_to_driver=False)
     return True
 
 
-def check_placement(cfg: Config, *, learner: bool = False) -> None:
-    have = ray.cluster_resources()
-    need = required_resources(cfg, learner=learner)
-    short = {k: (v, have.get(k, 0.0)) for k, v in need.items() if v > have.get(k, 0.0) + 1e-9}
-    if short:
-        detail = ", ".join(f"{k}: need {v:g}, the cluster has {h:g}" for k, (v, h) in short.items())
-        raise PlacementError(
-            f"the producer graph does not fit ({detail}); with cluster.num_generators="
-            f"{cfg.cluster.num_generators}, num_compilers={cfg.cluster.num_compilers}, "
-            f"num_timers={cfg.cluster.num_timers} (one device each on cuda), "
-            f"generator_num_gpus={cfg.cluster.generator_num_gpus}"
-            + (f", learner.num_gpus={cfg.learner.num_gpus}" if learner else ""))
+def _local_gpus(cfg: Config) -> int:
+    """The simulated GPUs a local Ray offers under a custom `cluster.gpu_resource`: the sum of
+    `cluster.nodes`' GPUs (the machine the simulation stands in for)."""
+    return sum(n.gpus for n in cfg.cluster.nodes or [])
+
+
+def live_nodes(cfg: Config) -> list[NodeSpec]:
+    """The running cluster's alive nodes, named by address and node id."""
+    out = []
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        res = n.get("Resources", {})
+        out.append(NodeSpec(f"{n['NodeManagerAddress']}/{n['NodeID'][:6]}", float(res.get("CPU", 0.0)),
+                            float(res.get(cfg.cluster.gpu_resource, 0.0)), n["NodeID"]))
+    return out
+
+
+async def reserve(plan: PlacementPlan, timeout_s: float) -> PlacementGroup:
+    """One placement group for the plan, every bundle pinned to its node; PlacementError with the
+    plan when Ray cannot reserve it in time (other jobs hold part of what it needs)."""
+    pg = placement_group(plan.bundles(), strategy="PACK",
+                         bundle_label_selector=[{NODE_ID_LABEL: nid} for nid in plan.node_ids()])
+    try:
+        await asyncio.wait_for(pg.ready(), timeout_s)
+    except asyncio.TimeoutError:
+        remove_placement_group(pg)
+        raise PlacementError(f"Ray did not reserve the planned bundles within {timeout_s:g} s "
+                             "(cluster.placement_timeout_s): other jobs hold part of what they need. "
+                             f"The plan:\n{plan.render()}") from None
+    return pg
+
+
+def _on(pg: PlacementGroup, slot: Slot, gpu_resource: str) -> dict[str, Any]:
+    """An actor's resources and bundle: exactly what its slot reserved."""
+    opts: dict[str, Any] = {"num_cpus": slot.demand.cpus,
+                            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                                pg, placement_group_bundle_index=slot.bundle)}
+    if gpu_resource == "GPU":
+        opts["num_gpus"] = slot.demand.gpus
+    else:
+        opts["num_gpus"] = 0
+        opts["resources"] = {gpu_resource: slot.demand.gpus} if slot.demand.gpus else {}
+    return opts
 
 
 def timer_configs(cfg: Config) -> list[EvalConfig]:
@@ -117,37 +133,52 @@ def timer_configs(cfg: Config) -> list[EvalConfig]:
             for c in chunks]
 
 
-async def build_graph(cfg: Config, *, learner: bool) -> ProducerGraph:
-    """Create every actor and wait until each is ready (model loaded, device locked)."""
-    check_placement(cfg, learner=learner)
-    c = cfg.cluster
+async def build_graph(cfg: Config, *, learner: bool, say: Callable[[str], None] = print) -> ProducerGraph:
+    """Plan, reserve, create every actor on its bundle and wait until each is ready (model loaded,
+    device locked); `say` gets the plan first, so a user sees where everything goes at once."""
+    plan = plan_placement(cfg, live_nodes(cfg), learner=learner)
+    say(plan.render())
+    pg = await reserve(plan, cfg.cluster.placement_timeout_s)
+    created: list[Any] = []
+    try:
+        return await _create(cfg, plan, pg, learner, created)
+    except BaseException:
+        for actor in created:            # nothing half-built keeps its bundle or its device lock
+            ray.kill(actor, no_restart=True)
+        remove_placement_group(pg)
+        raise
+
+
+async def _create(cfg: Config, plan: PlacementPlan, pg: PlacementGroup, learner: bool,
+                  created: list[Any]) -> ProducerGraph:
+    c, res = cfg.cluster, cfg.cluster.gpu_resource
     buffer = ReplayBufferActor.options(max_restarts=0).remote(
         # The staleness unit is the groups consumed per published version.
         str(cfg.run_dir), cfg.rollout.max_staleness,
         cfg.rollout.batch_groups * (cfg.learner.publish_every if learner else 1), filter_zero_variance=cfg.rollout.filter_zero_variance, learner=learner)
-    compilers = [CompilerActor.options(max_restarts=c.compiler_max_restarts, max_task_retries=0).remote(cfg.eval)
-                 for _ in range(c.num_compilers)]
+    compilers = [CompilerActor.options(max_restarts=c.compiler_max_restarts, max_task_retries=0,
+                                       **_on(pg, slot, res)).remote(cfg.eval)
+                 for slot in plan.of("compiler")]
     tcfgs = timer_configs(cfg)
-    timers = []
-    for tcfg in tcfgs:
-        opts = timer_options(tcfg, max_restarts=c.timer_max_restarts)
-        if cfg.eval.backend == "cuda" and cfg.eval.shared_device:
-            opts["num_gpus"] = shared_timer_gpus(cfg, learner=learner)
-        timers.append(TimerActor.options(**opts).remote(tcfg))
-    generators = [GeneratorActor.options(**generator_options(c, cfg.policy)).remote(
-        cfg.policy, cfg.rollout.max_staleness + 2, host_share(cfg.eval)) for _ in range(c.num_generators)]
+    timers = [TimerActor.options(**{**timer_options(tcfg, max_restarts=c.timer_max_restarts), **_on(pg, slot, res)}).remote(tcfg)
+              for tcfg, slot in zip(tcfgs, plan.of("timer"))]
+    generators = [GeneratorActor.options(**{**generator_options(c, cfg.policy), **_on(pg, slot, res)}).remote(
+        cfg.policy, cfg.rollout.max_staleness + 2, host_share(cfg.eval)) for slot in plan.of("generator")]
     trainer = None
     if learner:
         # Adapters on disk: what generators may still need (max_staleness + 2 versions, as they keep).
-        trainer = LearnerActor.options(**learner_options(cfg)).remote(cfg, cfg.rollout.max_staleness + 2)
+        trainer = LearnerActor.options(**{**learner_options(cfg), **_on(pg, plan.of("learner")[0], res)}).remote(
+            cfg, cfg.rollout.max_staleness + 2)
     extra = [trainer] if trainer is not None else []
+    created += [buffer, *compilers, *timers, *generators, *extra]
     pings = [buffer.stats.remote()] + [a.ready.remote() for a in [*compilers, *timers, *generators, *extra]]
     await asyncio.wait_for(asyncio.gather(*pings), max(c.ready_timeout_s, cfg.train.ready_timeout_s if learner else 0))
     return ProducerGraph(buffer=buffer, generators=ActorPool("generate", generators),
                          compilers=ActorPool("compile", compilers), timers=ActorPool("time", timers),
-                         timer_configs=tcfgs, learner=trainer)
+                         timer_configs=tcfgs, plan=plan, placement_group=pg, learner=trainer)
 
 
 def kill_graph(graph: ProducerGraph) -> None:
     for actor in graph.all_actors():
         ray.kill(actor, no_restart=True)
+    remove_placement_group(graph.placement_group)

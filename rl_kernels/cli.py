@@ -1,7 +1,8 @@
 """`rl-kernels` command line: eval | build | tasks | bench | export | rollout | train | sft | selftrain | heldout | report.
 
 Every subcommand but `report` takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`)
-and `--dry-run`, which prints the resolved config and exits. `train --resume RUN_DIR` starts from
+and `--dry-run`, which prints the resolved config (and, for rollout, train and selftrain, the
+placement plan) and exits. `train --resume RUN_DIR` starts from
 the run's own config.yaml, so only what changes (say, train.max_steps) needs an override.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rl_kernels.config import Config, ConfigError, dump_config, load_config
+from rl_kernels.placement import PlacementError, PlacementPlan, described_nodes, plan_placement
 from rl_kernels.tasks.module import TaskError
 from rl_kernels.types import Build, Measurement, Task
 
@@ -26,8 +28,37 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML config file (defaults: built-in defaults)")
     p.add_argument("--backend", choices=["cpu", "cuda"], help="shortcut for eval.backend=...")
     p.add_argument("--mode", choices=["kernel", "offline", "server"], help="shortcut for eval.timing.mode=...")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config (and where every actor would run) and exit")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.timing.samples=50")
+
+
+# The commands that start the producer graph on Ray, and whether it has a learner actor.
+_GRAPH_COMMANDS = {"rollout": False, "train": True, "selftrain": False}
+
+
+def _dry_run_plan(cfg: Config, *, learner: bool) -> PlacementPlan:
+    """The placement plan for `cluster.nodes`, else for the running cluster at `cluster.ray_address`,
+    else for this machine as a local Ray would see it; PlacementError when the actors do not fit."""
+    if cfg.cluster.nodes is None and cfg.cluster.ray_address:
+        import ray
+
+        from rl_kernels.cluster.graph import live_nodes
+
+        ray.init(address=cfg.cluster.ray_address, log_to_driver=False)
+        try:
+            return plan_placement(cfg, live_nodes(cfg), learner=learner)
+        finally:
+            ray.shutdown()
+    return plan_placement(cfg, described_nodes(cfg, os.cpu_count() or 1, _visible_gpus(), learner=learner),
+                          learner=learner)
+
+
+def _visible_gpus() -> int:
+    """GPUs a local Ray would detect here (counted by the driver, not by starting CUDA)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    return len([d for d in Path("/dev").glob("nvidia[0-9]*")])
 
 
 def _resolve(args: argparse.Namespace) -> Config:
@@ -508,13 +539,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = _resolve(args)
         if args.dry_run:
             print(dump_config(cfg), end="")
+            if args.command in _GRAPH_COMMANDS:
+                print(_dry_run_plan(cfg, learner=_GRAPH_COMMANDS[args.command]).render())
             return 0
         handler = {"eval": cmd_eval, "build": cmd_build, "tasks": cmd_tasks, "bench": cmd_bench, "export": cmd_export,
                    "rollout": cmd_rollout,
                    "train": cmd_train, "sft": cmd_sft, "selftrain": cmd_selftrain,
                    "heldout": cmd_heldout}[args.command]
         return handler(args, cfg)
-    except (ConfigError, TaskError) as exc:
+    except (ConfigError, TaskError, PlacementError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -361,8 +361,16 @@ class PromptConfig(_Strict):
         "shows the whole range"))
 
 
+class NodeShape(_Strict):
+    """One node of the cluster a placement plan is made for when no Ray cluster is running."""
+
+    name: str = Field(description="the node's name in the plan (e.g. h100-0)")
+    cpus: int = Field(ge=0, description="logical CPUs Ray offers on the node (its cores, usually)")
+    gpus: int = Field(0, ge=0, description="GPUs on the node")
+
+
 class ClusterConfig(_Strict):
-    """Actor counts and fault tolerance. Every count is a config value; nothing assumes one node."""
+    """Actor counts, placement and fault tolerance. Every count is a config value; nothing assumes one node."""
 
     ray_address: str | None = None             # None: start (or join) a local Ray
     num_cpus: int | None = Field(None, ge=1)   # local Ray only; None = all cores, or more if the graph needs
@@ -376,6 +384,27 @@ class ClusterConfig(_Strict):
     actor_retries: int = Field(1, ge=0)        # in-flight work retried this often after its actor died
     restart_timeout_s: float = Field(300.0, gt=0)
     ready_timeout_s: float = Field(900.0, gt=0)  # actors up (models loaded, devices locked)
+    nodes: list[NodeShape] | None = Field(None, description=(
+        "the cluster `--dry-run` plans for when no Ray cluster runs (None: this machine); a running "
+        "cluster's own nodes always replace it"))
+    gpu_resource: str = Field("GPU", description=(
+        "the Ray resource a GPU is counted in; a custom one (e.g. sim_gpu) lets the scale simulation "
+        "stand many GPUs in on a machine without any"))
+    placement_timeout_s: float = Field(120.0, gt=0, description=(
+        "seconds to wait for Ray to reserve the planned bundles (other jobs may hold them) before "
+        "failing with the plan; longer waits out a busy cluster"))
+
+    @field_validator("nodes")
+    @classmethod
+    def _named_nodes(cls, v: list[NodeShape] | None) -> list[NodeShape] | None:
+        if v is not None:
+            if not v:
+                raise ValueError("cluster.nodes is empty: leave it unset to plan for this machine")
+            names = [n.name for n in v]
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                raise ValueError(f"cluster.nodes: every node needs its own name ({repeated} repeated)")
+        return v
 
 
 class RolloutConfig(_Strict):
