@@ -15,8 +15,7 @@ from __future__ import annotations
 import ray
 
 from rl_kernels.actors.restarts import WorkLost, call_surviving_restarts
-from rl_kernels.config import EvalConfig
-from rl_kernels.evaluation.build import gated_build
+from rl_kernels.config import EvalConfig, SimulationConfig
 from rl_kernels.evaluation.reasons import Reason
 from rl_kernels.types import Build, Task
 
@@ -25,10 +24,19 @@ COMPILER_FAILED = "compiler_failed"  # reason code: the compile actor died twice
 
 @ray.remote(num_cpus=1, concurrency_groups={"control": 1})
 class CompilerActor:
-    """One compile slot. Create N of them with `.options(max_restarts=...)`; N is a config value."""
+    """One compile slot. Create N of them with `.options(max_restarts=...)`; N is a config value.
+    `simulate` (`cluster.simulate`) replaces the build by a timed draw (rl_kernels/simulation.py)."""
 
-    def __init__(self, cfg: EvalConfig) -> None:
+    def __init__(self, cfg: EvalConfig, simulate: SimulationConfig | None = None) -> None:
         self.cfg = cfg
+        if simulate is not None:
+            from rl_kernels.simulation import SimulatedBuilder
+
+            self._build = SimulatedBuilder(simulate).build
+        else:
+            from rl_kernels.evaluation.build import gated_build   # torch: only for real builds
+
+            self._build = lambda task, source: gated_build(task, source, cfg)
 
     @ray.method(concurrency_group="control")
     def ready(self) -> bool:
@@ -38,7 +46,7 @@ class CompilerActor:
     def build(self, task: Task, source: str) -> Build:
         """The static gate, then the build: a candidate the gate rejects is never compiled (a module
         candidate's build runs its Python to capture `load_inline` calls)."""
-        return gated_build(task, source, self.cfg)
+        return self._build(task, source)
 
 
 async def build_or_fail(compiler: ray.actor.ActorHandle, task: Task, source: str, *,

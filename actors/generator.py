@@ -29,10 +29,9 @@ from typing import Any
 import ray
 
 from rl_kernels.actors.restarts import call_surviving_restarts
-from rl_kernels.config import ClusterConfig, PolicyConfig
+from rl_kernels.config import ClusterConfig, PolicyConfig, SimulationConfig
 from rl_kernels.host_share import HostShare
 from rl_kernels.policy import Completion, Messages, SamplingParams, adapter_name
-from rl_kernels.policy.factory import make_policy
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +57,20 @@ class AdapterNotLoadedError(LookupError):
 class GeneratorActor:
     """One policy replica. Create it with `generator_options(...)` and
     max_loaded_adapters = rollout.max_staleness + 2, and the host share (`eval.quiet_host`) when a timer
-    measures on the cores it samples on."""
+    measures on the cores it samples on; `simulate` (`cluster.simulate`) samples timed draws instead
+    of a model (rl_kernels/simulation.py)."""
 
-    def __init__(self, cfg: PolicyConfig, max_loaded_adapters: int, host: HostShare | None = None) -> None:
+    def __init__(self, cfg: PolicyConfig, max_loaded_adapters: int, host: HostShare | None = None,
+                 simulate: SimulationConfig | None = None) -> None:
         self.cfg = cfg
-        self.policy = make_policy(cfg, max_loaded_adapters=max_loaded_adapters, host=host)
+        if simulate is not None:
+            from rl_kernels.simulation import SimulatedPolicy
+
+            self.policy = SimulatedPolicy(simulate, max_loaded_adapters)
+        else:
+            from rl_kernels.policy.factory import make_policy   # torch and the model: only for real work
+
+            self.policy = make_policy(cfg, max_loaded_adapters=max_loaded_adapters, host=host)
         self._loaded = self.policy.loaded_versions()
         self._in_flight: int | None = None  # adapter version being sampled now (read by `stats`)
         self._counts = {"generate_calls": 0, "prompts": 0, "completions": 0, "generated_tokens": 0,

@@ -18,7 +18,6 @@ import ray
 
 from rl_kernels.learner.publish import adapter_dir, prune_adapters, publish_adapter, published_versions
 from rl_kernels.learner.checkpoints import CHECKPOINTS, checkpoint_steps, rotate_checkpoints
-from rl_kernels.learner.trainer import GrpoTrainer
 from rl_kernels.config import Config
 from rl_kernels.host_share import host_share
 from rl_kernels.trajectories import Group
@@ -30,9 +29,16 @@ class LearnerActor:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.keep_versions = keep_versions
-        self.trainer = GrpoTrainer(cfg.policy.model, cfg.learner, cfg.grpo, temperature=cfg.policy.temperature,
-                                   total_steps=cfg.train.max_steps, init_adapter=cfg.policy.init_adapter,
-                                   host=host_share(cfg.eval))
+        if cfg.cluster.simulate is not None:
+            from rl_kernels.simulation import SimulatedTrainer
+
+            self.trainer = SimulatedTrainer(cfg.cluster.simulate)
+        else:
+            from rl_kernels.learner.trainer import GrpoTrainer   # torch and DeepSpeed: only for real steps
+
+            self.trainer = GrpoTrainer(cfg.policy.model, cfg.learner, cfg.grpo, temperature=cfg.policy.temperature,
+                                       total_steps=cfg.train.max_steps, init_adapter=cfg.policy.init_adapter,
+                                       host=host_share(cfg.eval))
         self.step = 0
         self.version = 0
         self._checkpoint_versions: dict[int, int] = {}   # checkpoint step -> its policy version

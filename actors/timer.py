@@ -30,9 +30,8 @@ import ray
 from filelock import FileLock, Timeout
 
 from rl_kernels.actors.restarts import call_surviving_restarts
-from rl_kernels.config import EvalConfig
+from rl_kernels.config import EvalConfig, SimulationConfig
 from rl_kernels.evaluation.device import device_lock
-from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.evaluation.reward import measurement_reward
 from rl_kernels.placement import timer_resources
 from rl_kernels.types import Build, Measurement, Task
@@ -46,10 +45,19 @@ class DeviceBusyError(RuntimeError):
 
 @ray.remote(max_concurrency=1, concurrency_groups={"control": 1})
 class TimerActor:
-    """Owns one device. Create it with `timer_options(cfg, ...)` so it gets the device's resources."""
+    """Owns one device. Create it with `timer_options(cfg, ...)` so it gets the device's resources;
+    `simulate` (`cluster.simulate`) owns a simulated device and draws its measurements
+    (rl_kernels/simulation.py)."""
 
-    def __init__(self, cfg: EvalConfig, lock_timeout_s: float = 10.0) -> None:
-        self.evaluator = Evaluator(cfg)
+    def __init__(self, cfg: EvalConfig, lock_timeout_s: float = 10.0, simulate: SimulationConfig | None = None) -> None:
+        if simulate is not None:
+            from rl_kernels.simulation import SimulatedEvaluator
+
+            self.evaluator = SimulatedEvaluator(simulate, cfg.reward, cfg.backend, cfg.timing.mode)
+        else:
+            from rl_kernels.evaluation.evaluator import Evaluator   # torch: only for real evaluations
+
+            self.evaluator = Evaluator(cfg)
         device = self.evaluator.device
         # A short wait (not zero) lets a restarted timer take over from its dying predecessor.
         self._owner = FileLock(device_lock(device, cfg).lock_file + ".timer")

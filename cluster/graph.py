@@ -151,19 +151,19 @@ async def build_graph(cfg: Config, *, learner: bool, say: Callable[[str], None] 
 
 async def _create(cfg: Config, plan: PlacementPlan, pg: PlacementGroup, learner: bool,
                   created: list[Any]) -> ProducerGraph:
-    c, res = cfg.cluster, cfg.cluster.gpu_resource
+    c, res, sim = cfg.cluster, cfg.cluster.gpu_resource, cfg.cluster.simulate
     buffer = ReplayBufferActor.options(max_restarts=0).remote(
         # The staleness unit is the groups consumed per published version.
         str(cfg.run_dir), cfg.rollout.max_staleness,
         cfg.rollout.batch_groups * (cfg.learner.publish_every if learner else 1), filter_zero_variance=cfg.rollout.filter_zero_variance, learner=learner)
     compilers = [CompilerActor.options(max_restarts=c.compiler_max_restarts, max_task_retries=0,
-                                       **_on(pg, slot, res)).remote(cfg.eval)
+                                       **_on(pg, slot, res)).remote(cfg.eval, sim)
                  for slot in plan.of("compiler")]
     tcfgs = timer_configs(cfg)
-    timers = [TimerActor.options(**{**timer_options(tcfg, max_restarts=c.timer_max_restarts), **_on(pg, slot, res)}).remote(tcfg)
+    timers = [TimerActor.options(**{**timer_options(tcfg, max_restarts=c.timer_max_restarts), **_on(pg, slot, res)}).remote(tcfg, simulate=sim)
               for tcfg, slot in zip(tcfgs, plan.of("timer"))]
     generators = [GeneratorActor.options(**{**generator_options(c, cfg.policy), **_on(pg, slot, res)}).remote(
-        cfg.policy, cfg.rollout.max_staleness + 2, host_share(cfg.eval)) for slot in plan.of("generator")]
+        cfg.policy, cfg.rollout.max_staleness + 2, host_share(cfg.eval), sim) for slot in plan.of("generator")]
     trainer = None
     if learner:
         # Adapters on disk: what generators may still need (max_staleness + 2 versions, as they keep).

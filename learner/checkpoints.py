@@ -12,11 +12,10 @@ from __future__ import annotations
 import random
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from rl_kernels.learner.engine import PolicyEngine
+if TYPE_CHECKING:   # the engine (torch, DeepSpeed) is the caller's; listing checkpoints needs neither
+    from rl_kernels.learner.engine import PolicyEngine
 
 CHECKPOINTS = "checkpoints"   # the run directory's folder of them
 CHECKPOINT_PREFIX = "step-"
@@ -70,6 +69,8 @@ def python_rng_state(state: Any) -> tuple[Any, ...]:
 
 
 def _rng_state() -> dict[str, Any]:
+    import torch
+
     state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -77,6 +78,8 @@ def _rng_state() -> dict[str, Any]:
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():

@@ -361,6 +361,46 @@ class PromptConfig(_Strict):
         "shows the whole range"))
 
 
+class LatencySpec(_Strict):
+    """A latency (or size) distribution: lognormal through its median and 90th percentile."""
+
+    median: float = Field(gt=0, description="the middle value (seconds, or tokens for sizes)")
+    p90: float = Field(gt=0, description="the 90th percentile; equal to the median for a constant")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "LatencySpec":
+        if self.p90 < self.median:
+            raise ValueError(f"p90 {self.p90} is below the median {self.median}")
+        return self
+
+
+class SimulationConfig(_Strict):
+    """Simulated work inside the real actors (rl_kernels/simulation.py): the pipeline past the
+    hardware at hand. Defaults are our measurements (docs/PIPELINE.md, "Scale simulation")."""
+
+    time_scale: float = Field(1.0, gt=0, description=(
+        "simulated seconds per wall second; higher runs a long pipeline in minutes, but the driver's "
+        "own (unscaled) work then weighs more, which is how its limit shows"))
+    tokens_per_s: float = Field(110.0, gt=0, description=(
+        "tokens a generator samples per second for its batch (H200, transformers generate: 110)"))
+    completion_tokens: LatencySpec = Field(default_factory=lambda: LatencySpec(median=800, p90=1100), description=(
+        "tokens per completion (the ladder's answers: 650-1100)"))
+    adapter_load_s: float = Field(0.5, ge=0, description="seconds a generator takes to load a new adapter version")
+    build_s: LatencySpec = Field(default_factory=lambda: LatencySpec(median=17.3, p90=21.6), description=(
+        "seconds per build on one core (H200 host: a module's CUDA file against the slim headers)"))
+    eval_s: LatencySpec = Field(default_factory=lambda: LatencySpec(median=1.2, p90=1.4), description=(
+        "seconds per evaluation on a timer (H100, forked module workers, run 17)"))
+    learner_tokens_per_s: float = Field(302.0, gt=0, description=(
+        "completion tokens the learner trains per second (H200, SmolLM2 LoRA under DeepSpeed ZeRO-2 "
+        "bf16: 302); a step costs its batch's tokens at this rate"))
+    parse_rate: float = Field(0.95, ge=0, le=1, description="fraction of completions with a code block")
+    compile_rate: float = Field(0.8, ge=0, le=1, description="fraction of parsed kernels that build")
+    correct_rate: float = Field(0.7, ge=0, le=1, description="fraction of built kernels that are correct")
+    speedup: LatencySpec = Field(default_factory=lambda: LatencySpec(median=1.0, p90=1.6), description=(
+        "speedup of a correct kernel over the baseline"))
+    seed: int = Field(0, description="seed of the simulated draws (mixed with each actor's process id)")
+
+
 class NodeShape(_Strict):
     """One node of the cluster a placement plan is made for when no Ray cluster is running."""
 
@@ -390,6 +430,9 @@ class ClusterConfig(_Strict):
     gpu_resource: str = Field("GPU", description=(
         "the Ray resource a GPU is counted in; a custom one (e.g. sim_gpu) lets the scale simulation "
         "stand many GPUs in on a machine without any"))
+    simulate: SimulationConfig | None = Field(None, description=(
+        "replace generation, builds, evaluations and learner steps inside the real actors by timed "
+        "draws (benchmarks/scale_sim.py); None runs the real work"))
     placement_timeout_s: float = Field(120.0, gt=0, description=(
         "seconds to wait for Ray to reserve the planned bundles (other jobs may hold them) before "
         "failing with the plan; longer waits out a busy cluster"))
