@@ -88,6 +88,16 @@ def live_nodes(cfg: Config) -> list[NodeSpec]:
     return out
 
 
+def plan_for_running_cluster(cfg: Config, *, learner: bool) -> PlacementPlan:
+    """The plan for the cluster at `cluster.ray_address`, made without starting any actor
+    (`--dry-run`); this process connects only while it reads the nodes."""
+    ray.init(address=cfg.cluster.ray_address, log_to_driver=False)
+    try:
+        return plan_placement(cfg, live_nodes(cfg), learner=learner)
+    finally:
+        ray.shutdown()
+
+
 async def reserve(plan: PlacementPlan, timeout_s: float) -> PlacementGroup:
     """One placement group for the plan, every bundle pinned to its node; PlacementError with the
     plan when Ray cannot reserve it in time (other jobs hold part of what it needs)."""

@@ -40,15 +40,9 @@ def _dry_run_plan(cfg: Config, *, learner: bool) -> PlacementPlan:
     """The placement plan for `cluster.nodes`, else for the running cluster at `cluster.ray_address`,
     else for this machine as a local Ray would see it; PlacementError when the actors do not fit."""
     if cfg.cluster.nodes is None and cfg.cluster.ray_address:
-        import ray
+        from rl_kernels.cluster.graph import plan_for_running_cluster   # Ray: only here, never in the library
 
-        from rl_kernels.cluster.graph import live_nodes
-
-        ray.init(address=cfg.cluster.ray_address, log_to_driver=False)
-        try:
-            return plan_placement(cfg, live_nodes(cfg), learner=learner)
-        finally:
-            ray.shutdown()
+        return plan_for_running_cluster(cfg, learner=learner)
     return plan_placement(cfg, described_nodes(cfg, os.cpu_count() or 1, _visible_gpus(), learner=learner),
                           learner=learner)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,21 @@ def test_bundles_are_reserved_on_the_planned_nodes(three_nodes: Cluster) -> None
             asyncio.run(reserve(plan, 2))        # the first group holds every sim GPU
     finally:
         remove_placement_group(pg)
+
+
+def test_dry_run_plans_for_the_running_cluster(three_nodes: Cluster) -> None:
+    """`--dry-run` with `cluster.ray_address` reads the running cluster's nodes (its own process
+    connects, reads and leaves) and plans on them; nothing is reserved."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "rl_kernels.cli", "rollout", "--dry-run", "eval.backend=cuda",
+                          "policy.device=cuda", "cluster.generator_num_gpus=1", "cluster.gpu_resource=sim_gpu",
+                          "cluster.num_timers=3", "cluster.num_compilers=2", f"cluster.ray_address={three_nodes.address}"],
+                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2], env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-2000:]
+    plan = out.stdout.split("placement:")[1]
+    assert "on 3 node(s)" in plan and "timer 2" in plan and "4 GPUs (Ray resource 'sim_gpu')" in plan
+    states = {pg["state"] for pg in placement_group_table().values()}
+    assert states <= {"REMOVED"}, states                # a dry run reserves nothing
