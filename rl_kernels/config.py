@@ -412,18 +412,27 @@ class NodeShape(_Strict):
 class ClusterConfig(_Strict):
     """Actor counts, placement and fault tolerance. Every count is a config value; nothing assumes one node."""
 
-    ray_address: str | None = None             # None: start (or join) a local Ray
-    num_cpus: int | None = Field(None, ge=1)   # local Ray only; None = all cores, or more if the graph needs
-    num_generators: int = Field(1, ge=1)
-    generator_num_gpus: float = Field(0.0, ge=0)
-    num_compilers: int = Field(2, ge=1)
-    num_timers: int = Field(1, ge=1)
-    compiler_max_restarts: int = Field(3, ge=0)
-    timer_max_restarts: int = Field(3, ge=0)
-    generator_max_restarts: int = Field(3, ge=0)
-    actor_retries: int = Field(1, ge=0)        # in-flight work retried this often after its actor died
-    restart_timeout_s: float = Field(300.0, gt=0)
-    ready_timeout_s: float = Field(900.0, gt=0)  # actors up (models loaded, devices locked)
+    ray_address: str | None = Field(None, description=(
+        "the Ray cluster to join (`auto` inside `ray job submit`); None starts a local Ray sized for the graph"))
+    num_cpus: int | None = Field(None, ge=1, description=(
+        "logical CPUs of a local Ray; None: every core, or more when the graph needs more (actors then share cores)"))
+    num_generators: int = Field(1, ge=1, description=(
+        "policy replicas sampling groups; more raise generation throughput, each holds a model copy"))
+    generator_num_gpus: float = Field(0.0, ge=0, description=(
+        "GPUs per generator (0 for a cpu policy; below 1 only with eval.shared_device)"))
+    num_compilers: int = Field(2, ge=1, description=(
+        "compile workers, one core and one build at a time each; ~3 per hf generator for hgemm builds, ~13 for module builds"))
+    num_timers: int = Field(1, ge=1, description=(
+        "timers, one per GPU (cuda) or core set (cpu); more evaluate more candidates at once"))
+    compiler_max_restarts: int = Field(3, ge=0, description="times Ray restarts a dead compile worker")
+    timer_max_restarts: int = Field(3, ge=0, description="times Ray restarts a dead timer")
+    generator_max_restarts: int = Field(3, ge=0, description="times Ray restarts a dead generator")
+    actor_retries: int = Field(1, ge=0, description=(
+        "times in-flight work is retried after its actor died; more rescue more work, each retry costs its latency again"))
+    restart_timeout_s: float = Field(300.0, gt=0, description=(
+        "seconds to wait for Ray to bring a dead actor back before the work counts as failed"))
+    ready_timeout_s: float = Field(900.0, gt=0, description=(
+        "seconds for every actor to be up (models loaded, devices locked) before the run fails"))
     nodes: list[NodeShape] | None = Field(None, description=(
         "the cluster `--dry-run` plans for when no Ray cluster runs (None: this machine); a running "
         "cluster's own nodes always replace it"))
