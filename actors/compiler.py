@@ -28,7 +28,6 @@ class CompilerActor:
     `simulate` (`cluster.simulate`) replaces the build by a timed draw (rl_kernels/simulation.py)."""
 
     def __init__(self, cfg: EvalConfig, simulate: SimulationConfig | None = None) -> None:
-        self.cfg = cfg
         if simulate is not None:
             from rl_kernels.simulation import SimulatedBuilder
 

@@ -31,6 +31,7 @@ import ray
 from rl_kernels.actors.restarts import call_surviving_restarts
 from rl_kernels.config import ClusterConfig, PolicyConfig, SimulationConfig
 from rl_kernels.host_share import HostShare
+from rl_kernels.placement import generator_resources
 from rl_kernels.policy import Completion, Messages, SamplingParams, adapter_name
 
 log = logging.getLogger(__name__)
@@ -138,8 +139,9 @@ def generator_options(cluster_cfg: ClusterConfig, policy_cfg: PolicyConfig) -> d
     if on_gpu != (cluster_cfg.generator_num_gpus > 0):
         raise ValueError(f"policy.device={policy_cfg.device} does not match "
                          f"cluster.generator_num_gpus={cluster_cfg.generator_num_gpus}")
-    return {"num_gpus": cluster_cfg.generator_num_gpus, "num_cpus": 1,
-            "max_restarts": cluster_cfg.generator_max_restarts, "max_task_retries": 0}
+    cpus, gpus = generator_resources(cluster_cfg)
+    return {"num_gpus": gpus, "num_cpus": cpus, "max_restarts": cluster_cfg.generator_max_restarts,
+            "max_task_retries": 0}
 
 
 async def generate_or_fail(generator: ray.actor.ActorHandle, prompts: list[Messages],

@@ -20,6 +20,7 @@ from rl_kernels.learner.publish import adapter_dir, prune_adapters, publish_adap
 from rl_kernels.learner.checkpoints import CHECKPOINTS, checkpoint_steps, rotate_checkpoints
 from rl_kernels.config import Config
 from rl_kernels.host_share import host_share
+from rl_kernels.placement import learner_resources
 from rl_kernels.trajectories import Group
 
 
@@ -99,4 +100,5 @@ class LearnerActor:
 
 def learner_options(cfg: Config) -> dict[str, Any]:
     """Ray options: the learner's GPUs, and no restarts (the driver resumes from a checkpoint)."""
-    return {"num_gpus": cfg.learner.num_gpus, "num_cpus": 1, "max_restarts": 0}
+    cpus, gpus = learner_resources(cfg.learner)
+    return {"num_gpus": gpus, "num_cpus": cpus, "max_restarts": 0}

@@ -15,11 +15,12 @@ the physical device when the actor starts (a timer's `stats()` reports the one i
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rl_kernels.config import Config
+from rl_kernels.config import ClusterConfig, Config, LearnerConfig
 
 Role = Literal["learner", "generator", "timer", "compiler"]
 _ROLE_NAMES = {"learner": "learner", "generator": "generator(s)", "timer": "timer(s)", "compiler": "compile worker(s)"}
@@ -100,8 +101,9 @@ class PlacementPlan:
 
     def render(self) -> str:
         """The plan as a user reads it: per node what it holds, then one line per bundle."""
+        total = self.totals()
         lines = [f"placement: {len(self.slots)} bundles on {len(self.nodes)} node(s); "
-                 f"{self.totals()['CPU']:g} CPUs and {self.totals()['GPU']:g} GPUs (Ray resource {self.gpu_resource!r})"]
+                 f"{total['CPU']:g} CPUs and {total['GPU']:g} GPUs (Ray resource {self.gpu_resource!r})"]
         for n in self.nodes:
             here = [s for s in self.slots if s.node == n.name]
             roles = Counter(s.demand.role for s in here)
@@ -122,6 +124,16 @@ class PlacementPlan:
                 lines.append(f"  compile workers on {n.name}: {len(mine)} (bundles {mine[0].bundle}-{mine[-1].bundle}), "
                              f"{mine[0].demand.cpus:g} CPU each, no GPU")
         return "\n".join(lines)
+
+
+def generator_resources(cluster: ClusterConfig) -> tuple[float, float]:
+    """(CPUs, GPUs) of a generator: a core, and `cluster.generator_num_gpus`."""
+    return 1.0, cluster.generator_num_gpus
+
+
+def learner_resources(learner: LearnerConfig) -> tuple[float, float]:
+    """(CPUs, GPUs) of the learner: a core, and `learner.num_gpus` (on one node)."""
+    return 1.0, learner.num_gpus
 
 
 def timer_resources(backend: str) -> tuple[float, float]:
@@ -149,8 +161,8 @@ def demands(cfg: Config, *, learner: bool) -> list[Demand]:
     c = cfg.cluster
     out: list[Demand] = []
     if learner:
-        out.append(Demand("learner", 0, 1.0, cfg.learner.num_gpus))
-    out += [Demand("generator", i, 1.0, c.generator_num_gpus) for i in range(c.num_generators)]
+        out.append(Demand("learner", 0, *learner_resources(cfg.learner)))
+    out += [Demand("generator", i, *generator_resources(c)) for i in range(c.num_generators)]
     t_cpus, t_gpus = timer_resources(cfg.eval.backend)
     if cfg.eval.backend == "cuda":
         t_gpus = shared_timer_gpus(cfg, learner=learner)
@@ -212,7 +224,7 @@ def _misfit(cfg: Config, d: Demand, placed: list[Slot], free: list[_Free], learn
     left = "; ".join(f"{f.spec.name}: {f.cpus:g} CPUs, {f.gpus:g} GPUs free" for f in free)
     done = Counter(s.demand.role for s in placed)
     c = cfg.cluster
-    asks = (f"the config asks for {'1 learner (learner.num_gpus=' + format(cfg.learner.num_gpus, 'g') + '), ' if learner else ''}"
+    asks = (f"The config asks for {'1 learner (learner.num_gpus=' + format(cfg.learner.num_gpus, 'g') + '), ' if learner else ''}"
             f"{c.num_generators} generator(s) (cluster.generator_num_gpus={c.generator_num_gpus:g}), "
             f"{c.num_timers} timer(s) ({'a GPU each' if cfg.eval.backend == 'cuda' else 'a core each'}), "
             f"{c.num_compilers} compiler(s) (a core each): {need_c:g} CPUs and {need_g:g} GPUs in all; "
@@ -225,14 +237,14 @@ def _misfit(cfg: Config, d: Demand, placed: list[Slot], free: list[_Free], learn
     missing = f"missing {' and '.join(short)}" if short else "no node has it left in one piece"
     placed_txt = ", ".join(f"{n} {r}(s)" for r, n in done.items()) or "nothing"
     return (f"{d.role} {d.index} needs {d.cpus:g} CPU(s) and {d.gpus:g} GPU(s) on one node ({missing}); "
-            f"placed before it: {placed_txt}; left: {left}. The {asks[4:]}")
+            f"placed before it: {placed_txt}; left: {left}. {asks}")
 
 
 def local_ray_cpus(cfg: Config, cores: int, *, learner: bool) -> int:
     """Logical CPUs of a local Ray: `cluster.num_cpus`, else every core, or more when the graph
     (plus the buffer's scheduling slot) needs more (the actors then share cores)."""
     need = sum(d.cpus for d in demands(cfg, learner=learner)) + 1
-    return cfg.cluster.num_cpus or max(cores, int(need + 1 - _EPS))
+    return cfg.cluster.num_cpus or max(cores, math.ceil(need))
 
 
 def described_nodes(cfg: Config, cores: int, gpus: int, *, learner: bool) -> list[NodeSpec]:

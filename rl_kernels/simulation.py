@@ -38,15 +38,10 @@ def draw(spec: LatencySpec, rng: random.Random) -> float:
     return spec.median * math.exp(sigma * rng.gauss(0.0, 1.0))
 
 
-class SimulatedClock:
-    """Sleeps simulated seconds as `time_scale` times fewer wall seconds."""
-
-    def __init__(self, sim: SimulationConfig) -> None:
-        self.scale = sim.time_scale
-
-    def sleep(self, sim_seconds: float) -> float:
-        time.sleep(sim_seconds / self.scale)
-        return sim_seconds
+def sleep_simulated(sim: SimulationConfig, seconds: float) -> float:
+    """Sleeps `seconds` of simulated time (`time_scale` times fewer wall seconds); returns them."""
+    time.sleep(seconds / sim.time_scale)
+    return seconds
 
 
 def _rng(sim: SimulationConfig) -> random.Random:
@@ -60,7 +55,7 @@ class SimulatedPolicy:
     fresh source each time, so nothing is deduplicated away)."""
 
     def __init__(self, sim: SimulationConfig, max_loaded_adapters: int) -> None:
-        self.sim, self.clock, self.rng = sim, SimulatedClock(sim), _rng(sim)
+        self.sim, self.rng = sim, _rng(sim)
         self.max_loaded = max_loaded_adapters
         self._loaded = [0]
 
@@ -68,7 +63,7 @@ class SimulatedPolicy:
         if adapter_version not in self._loaded:
             raise KeyError(adapter_version)
         lengths = [[max(1, int(draw(self.sim.completion_tokens, self.rng))) for _ in range(params.n)] for _ in prompts]
-        self.clock.sleep(max(max(g) for g in lengths) / self.sim.tokens_per_s)
+        sleep_simulated(self.sim, max(max(g) for g in lengths) / self.sim.tokens_per_s)
         return [[self._completion(n, adapter_version) for n in group] for group in lengths]
 
     def _completion(self, n_tokens: int, version: int) -> Completion:
@@ -84,7 +79,7 @@ class SimulatedPolicy:
             self._loaded = sorted([*self._loaded, version])
             # The base model (0) always stays; the newest max_loaded adapters beside it.
             self._loaded = [0] + [v for v in self._loaded if v][-self.max_loaded:]
-        self.clock.sleep(self.sim.adapter_load_s)
+        sleep_simulated(self.sim, self.sim.adapter_load_s)
 
     def loaded_versions(self) -> list[int]:
         return list(self._loaded)
@@ -94,10 +89,10 @@ class SimulatedBuilder:
     """A compile actor's work: `build_s` of simulated time; builds with probability `compile_rate`."""
 
     def __init__(self, sim: SimulationConfig) -> None:
-        self.sim, self.clock, self.rng = sim, SimulatedClock(sim), _rng(sim)
+        self.sim, self.rng = sim, _rng(sim)
 
     def build(self, task: Task, source: str) -> Build:
-        seconds = self.clock.sleep(draw(self.sim.build_s, self.rng))
+        seconds = sleep_simulated(self.sim, draw(self.sim.build_s, self.rng))
         ok = self.rng.random() < self.sim.compile_rate
         return Build(key=f"sim-{hash(source) & 0xFFFFFFFF:08x}", ok=ok, artifact=b"" if ok else None,
                      log="" if ok else "simulated compile error", seconds=seconds,
@@ -112,11 +107,11 @@ class SimulatedEvaluator:
         from rl_kernels.evaluation.device import DeviceIdentity
 
         self.sim, self.reward, self.backend, self.mode = sim, reward, backend, mode
-        self.clock, self.rng = SimulatedClock(sim), _rng(sim)
+        self.rng = _rng(sim)
         self.device = DeviceIdentity(name="simulated GPU", key=f"sim-{os.getpid()}-{time.monotonic_ns()}")
 
     def evaluate(self, task: Task, source: str, build: Build | None = None) -> Measurement:
-        seconds = self.clock.sleep(draw(self.sim.eval_s, self.rng))
+        seconds = sleep_simulated(self.sim, draw(self.sim.eval_s, self.rng))
         m = Measurement(task=task.id, backend=self.backend, mode=self.mode, compiled=True,
                         device=self.device.name, eval_seconds=seconds, samples=1)
         if self.rng.random() < self.sim.correct_rate:
@@ -139,11 +134,11 @@ class SimulatedTrainer:
     trainable_params = 0
 
     def __init__(self, sim: SimulationConfig) -> None:
-        self.sim, self.clock = sim, SimulatedClock(sim)
+        self.sim = sim
 
     def train_step(self, groups: list[Any], version: int) -> dict[str, float]:
         tokens = sum(len(t.token_ids) for g in groups for t in g.trajectories)
-        seconds = self.clock.sleep(tokens / self.sim.learner_tokens_per_s)
+        seconds = sleep_simulated(self.sim, tokens / self.sim.learner_tokens_per_s)
         stale = [version - g.policy_version for g in groups]
         return {"learner/loss": 0.0, "learner/clip_fraction": 0.0, "learner/step_s": seconds,
                 "learner/staleness_mean": sum(stale) / len(stale) if stale else 0.0,

@@ -314,8 +314,9 @@ def _release_nvml() -> int:
     none, and some torch versions ask NVML for the device count even after CUDA is initialised.
     Forked module workers on an H100 host failed their first `get_device_properties(0)` with
     "Invalid device id" (a device count of 0); there, a child forked with NVML inherited could not
-    initialise its own, and one forked after this release could (docs/EVALUATOR.md, runs 17-18).  NVML counts its initialisations; shut down as often, a child
-    initialises its own, as a worker started as a new process does."""
+    initialise its own, and one forked after this release could (docs/EVALUATOR.md, runs 17-18).
+    NVML counts its initialisations; shut down as often, a child initialises its own, as a worker
+    started as a new process does."""
     if "libnvidia-ml.so" not in Path("/proc/self/maps").read_text():
         return 0
     nvml = ctypes.CDLL("libnvidia-ml.so.1")
