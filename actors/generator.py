@@ -4,8 +4,8 @@ Thin on purpose: sampling, behaviour logprobs and adapter bookkeeping (LRU over 
 max_staleness + 2 versions) are the policy backend's (`rl_kernels.policy`), tested without Ray.
 What this actor adds is a process that holds the model, and the accounting of its work:
 
-- `generate` runs in the default group (one at a time: the backend samples one batch at a time
-  anyway). `load_adapter` has its own group, so an announced version loads while a generation
+- `generate` runs in the default group, `cluster.generator_slots` calls at once (hf samples one
+  batch at a time and serialises them; vLLM batches them into the same engine steps). `load_adapter` has its own group, so an announced version loads while a generation
   runs (HFPolicy injects it inactive and never evicts the version in use), without waiting for
   the generation in flight or the queued ones.
 - `ready`, `loaded_versions` and `stats` run in a "control" group and never take the backend's
@@ -33,6 +33,7 @@ from rl_kernels.config import ClusterConfig, PolicyConfig, SimulationConfig
 from rl_kernels.host_share import HostShare
 from rl_kernels.placement import generator_resources
 from rl_kernels.policy import Completion, Messages, SamplingParams, adapter_name
+from rl_kernels.policy.delivery import DeliveryCheckedPolicy
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ class GeneratorActor:
         self._in_flight = adapter_version
         try:
             groups = self.policy.generate(prompts, params, adapter_version)
-        except KeyError:  # the backend's "not loaded"; anything else is a bug and propagates as is
+        except KeyError:  # the backend's "not loaded"; anything else (a failed delivery check, a bug)
+            # propagates as is and stops the run
             loaded = self.policy.loaded_versions()
             if adapter_version in loaded:
                 raise
@@ -125,7 +127,8 @@ class GeneratorActor:
         `restarted` tell a restarted generator from the original)."""
         alive = time.monotonic() - self._started
         busy = self._busy_s
-        return {**self._counts, "pid": os.getpid(),
+        delivery = self.policy.stats() if isinstance(self.policy, DeliveryCheckedPolicy) else {}
+        return {**self._counts, **delivery, "pid": os.getpid(),
                 "restarted": ray.get_runtime_context().was_current_actor_reconstructed,
                 "in_flight": self._in_flight, "loaded_versions": list(self._loaded), "busy_s": busy,
                 "busy_fraction": busy / alive if alive > 0 else 0.0,
@@ -141,7 +144,7 @@ def generator_options(cluster_cfg: ClusterConfig, policy_cfg: PolicyConfig) -> d
                          f"cluster.generator_num_gpus={cluster_cfg.generator_num_gpus}")
     cpus, gpus = generator_resources(cluster_cfg)
     return {"num_gpus": gpus, "num_cpus": cpus, "max_restarts": cluster_cfg.generator_max_restarts,
-            "max_task_retries": 0}
+            "max_task_retries": 0, "max_concurrency": cluster_cfg.generator_slots}
 
 
 async def generate_or_fail(generator: ray.actor.ActorHandle, prompts: list[Messages],

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import random
 import time
 import uuid
@@ -293,8 +294,9 @@ class RolloutDriver:
             if stop.is_set():
                 return
             recent, self._recent = self._recent, []
-            sink.log(self._gauges(graph, await graph.buffer.stats.remote()) | group_metrics(recent),
-                     step=self._metrics_step())
+            gens = await asyncio.gather(*(g.stats.remote() for g in graph.generators.actors))
+            sink.log(self._gauges(graph, await graph.buffer.stats.remote()) | delivery_gauges(gens)
+                     | group_metrics(recent), step=self._metrics_step())
 
     def _gauges(self, graph: ProducerGraph, buf: dict[str, Any]) -> dict[str, float]:
         wall = max(time.monotonic() - self.t0, 1e-9)
@@ -326,6 +328,17 @@ class RolloutDriver:
                 "pipeline": self._gauges(graph, buf), "buffer": buf,
                 "timers": timers, "generators": gens, "archive": self.archive.summary(),
                 "run_dir": str(self.run_dir)}
+
+
+def delivery_gauges(generator_stats: list[dict[str, Any]]) -> dict[str, float]:
+    """The adapter delivery checks of every generator (rl_kernels/policy/delivery.py), summed, and the
+    share of the learner's adapter effect farthest from 1 that any of them measured."""
+    keys = ("adapter_checks", "adapter_check_failures", "adapter_inconclusive", "adapter_unchecked")
+    out = {f"policy/delivery/{k.removeprefix('adapter_')}": float(sum(g.get(k, 0) for g in generator_stats))
+           for k in keys}
+    shares = [g["adapter_share_worst"] for g in generator_stats
+              if not math.isnan(g.get("adapter_share_worst", math.nan))]
+    return out | ({"policy/delivery/share_worst": max(shares, key=lambda x: abs(x - 1.0))} if shares else {})
 
 
 def _progress_bar(cfg: Config, enabled: bool) -> Any:

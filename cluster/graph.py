@@ -183,7 +183,7 @@ async def _create(cfg: Config, plan: PlacementPlan, pg: PlacementGroup, learner:
     created += [buffer, *compilers, *timers, *generators, *extra]
     pings = [buffer.stats.remote()] + [a.ready.remote() for a in [*compilers, *timers, *generators, *extra]]
     await asyncio.wait_for(asyncio.gather(*pings), max(c.ready_timeout_s, cfg.train.ready_timeout_s if learner else 0))
-    return ProducerGraph(buffer=buffer, generators=ActorPool("generate", generators),
+    return ProducerGraph(buffer=buffer, generators=ActorPool("generate", generators, c.generator_slots),
                          compilers=ActorPool("compile", compilers), timers=ActorPool("time", timers),
                          timer_configs=tcfgs, plan=plan, placement_group=pg, learner=trainer)
 

@@ -17,14 +17,21 @@ from typing import Any
 
 
 class ActorPool:
-    def __init__(self, name: str, actors: list[Any]) -> None:
+    """`slots` requests per actor at once (an actor that batches concurrent requests, such as a vLLM
+    generator, takes several); utilisation counts busy slots."""
+
+    def __init__(self, name: str, actors: list[Any], slots: int = 1) -> None:
         if not actors:
             raise ValueError(f"pool {name!r} needs at least one actor")
+        if slots < 1:
+            raise ValueError(f"pool {name!r} needs at least one slot per actor, got {slots}")
         self.name = name
         self.actors = list(actors)
+        self.slots = slots
         self._idle: asyncio.Queue[Any] = asyncio.Queue()
-        for actor in self.actors:
-            self._idle.put_nowait(actor)
+        for _ in range(slots):
+            for actor in self.actors:
+                self._idle.put_nowait(actor)
         self.waiting = 0             # requests queued for an actor now
         self.busy = 0                # actors working now
         self.requests = 0
@@ -51,11 +58,11 @@ class ActorPool:
             self._idle.put_nowait(actor)
 
     def busy_seconds(self) -> float:
-        """Actor-seconds spent on requests so far, the running ones included."""
+        """Slot-seconds spent on requests so far, the running ones included."""
         now = time.monotonic()
         return self._busy_s + sum(now - t for t in self._busy_since.values())
 
     def utilisation(self) -> float:
-        """Fraction of the pool's actor-time spent working since it was created."""
+        """Fraction of the pool's slot-time spent working since it was created."""
         elapsed = time.monotonic() - self._started
-        return self.busy_seconds() / (len(self.actors) * elapsed) if elapsed > 0 else 0.0
+        return self.busy_seconds() / (len(self.actors) * self.slots * elapsed) if elapsed > 0 else 0.0

@@ -24,8 +24,9 @@ import torch
 
 from rl_kernels.learner.batch import MicroBatch
 from rl_kernels.config import LearnerConfig
+from rl_kernels.policy.delivery import Probe, probe_token_ids, write_probe
 from rl_kernels.policy.factory import torch_dtype
-from rl_kernels.policy.models import load_causal_lm
+from rl_kernels.policy.models import load_causal_lm, resolve_model
 
 
 @dataclass
@@ -165,6 +166,36 @@ def grad_norm_then_step(pe: PolicyEngine) -> float:
         reported = pe.engine.get_global_grad_norm()
         norm = float(reported) if reported is not None else float("nan")
     return norm
+
+
+def save_adapter_with_probe(pe: PolicyEngine, directory: Path, model: str) -> None:
+    """The trained adapter as a PEFT directory, with the probe generators check it against before
+    they sample from it (rl_kernels/policy/delivery.py)."""
+    save_trained(pe, directory)
+    from transformers import AutoTokenizer
+
+    write_probe(directory, adapter_probe(pe, probe_token_ids(AutoTokenizer.from_pretrained(resolve_model(model)))))
+
+
+@torch.no_grad()
+def adapter_probe(pe: PolicyEngine, token_ids: list[int]) -> Probe:
+    """The probe sequence's logprobs under the adapter and under the base (temperature 1, eval mode so
+    LoRA dropout is off), computed by the engine that trains."""
+    ids = torch.tensor([token_ids], dtype=torch.long, device=next(pe.model.parameters()).device)   # [1, L]
+    training = pe.engine.training
+    pe.engine.eval()
+    try:
+        adapter = _sequence_logprobs(pe, ids)
+        with pe.model.disable_adapter():
+            base = _sequence_logprobs(pe, ids)
+    finally:
+        pe.engine.train(training)
+    return Probe(token_ids=list(token_ids), adapter_logprobs=adapter, base_logprobs=base)
+
+
+def _sequence_logprobs(pe: PolicyEngine, ids: torch.Tensor) -> list[float]:
+    logits = pe.engine(input_ids=ids, use_cache=False).logits[0, :-1].float()          # [L-1, V]
+    return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None])[:, 0].cpu().tolist()   # [L-1]
 
 
 def save_trained(pe: PolicyEngine, directory: Path) -> None:

@@ -18,8 +18,8 @@ import torch
 
 from rl_kernels.learner.batch import Sample, micro_batches
 from rl_kernels.learner.checkpoints import load_checkpoint, save_checkpoint
-from rl_kernels.learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_trained,
-                            token_logprobs)
+from rl_kernels.learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor,
+                                      save_adapter_with_probe, save_trained, token_logprobs)
 from rl_kernels.config import LearnerConfig
 from rl_kernels.sft.examples import SftExample
 
@@ -53,6 +53,7 @@ class SftTrainer:
         self.full = full
         self.device = torch.device(cfg.device)
         self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps), init_adapter, full)
+        self.model_name = model
 
     def _samples(self, batch: list[EncodedExample]) -> list[Sample]:
         return [Sample(e.prompt_ids, e.answer_ids, [0.0] * len(e.answer_ids), 1.0) for e in batch if e.answer_ids]
@@ -102,7 +103,7 @@ class SftTrainer:
     def save_adapter(self, directory: Path) -> None:
         if self.full:
             raise ValueError("a fully fine-tuned model has no adapter: save it with save_model")
-        save_trained(self.pe, directory)
+        save_adapter_with_probe(self.pe, directory, self.model_name)
 
     def save_model(self, directory: Path, tokenizer: Any) -> None:
         """The fully fine-tuned weights with the tokenizer: a model directory `policy.model` loads."""

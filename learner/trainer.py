@@ -25,8 +25,8 @@ import torch
 
 from rl_kernels.learner.batch import MicroBatch, TrainBatch, assemble_batch, micro_batches
 from rl_kernels.learner.checkpoints import load_checkpoint, save_checkpoint
-from rl_kernels.learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor, save_trained,
-                            token_logprobs)
+from rl_kernels.learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor,
+                                      save_adapter_with_probe, token_logprobs)
 from rl_kernels.learner.grpo import grpo_loss
 from rl_kernels.config import GrpoConfig, LearnerConfig
 from rl_kernels.host_share import HostShare, SharedUse
@@ -49,6 +49,7 @@ class GrpoTrainer:
         self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps), init_adapter)
         self.model, self.engine, self.scheduler = self.pe.model, self.pe.engine, self.pe.scheduler
         self.pad_id, self.trainable_params = self.pe.pad_id, self.pe.trainable_params
+        self.model_name = model
 
     # ---- one step -------------------------------------------------------------------------------
     def train_step(self, groups: list[Group], version: int) -> dict[str, float]:
@@ -128,7 +129,8 @@ class GrpoTrainer:
 
     # ---- adapters and checkpoints ---------------------------------------------------------------
     def save_adapter(self, directory: Path) -> None:
-        save_trained(self.pe, directory)
+        """The adapter, and the probe generators check it against before sampling from it."""
+        save_adapter_with_probe(self.pe, directory, self.model_name)
 
     def save_checkpoint(self, directory: Path, step: int, client_state: dict[str, Any]) -> Path:
         """DeepSpeed engine state plus `client_state` and the RNGs, under tag `step-{step}`."""

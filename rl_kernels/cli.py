@@ -536,6 +536,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command in _GRAPH_COMMANDS:
                 print(_dry_run_plan(cfg, learner=_GRAPH_COMMANDS[args.command]).render())
             return 0
+        if args.command in _GRAPH_COMMANDS and cfg.cluster.simulate is None:
+            from rl_kernels.policy.preflight import check_policy
+
+            check_policy(cfg)   # the model and the backend, before any actor starts
         handler = {"eval": cmd_eval, "build": cmd_build, "tasks": cmd_tasks, "bench": cmd_bench, "export": cmd_export,
                    "rollout": cmd_rollout,
                    "train": cmd_train, "sft": cmd_sft, "selftrain": cmd_selftrain,

@@ -308,13 +308,36 @@ class EvalConfig(_Strict):
     allow_torch_rewrites: bool = False
     shared_device: bool = False
     quiet_host: bool = Field(False, description=(
-        "a host whose cores the timer shares with the generator, learner and compile jobs (the cpu "
-        "embedded default): they pause at their next token / micro-batch / build while an evaluation "
-        "holds the device (rl_kernels/host_share.py); steadier speedups and multi-threaded candidates "
-        "timed on every core, at the price of that work waiting for each evaluation"))
+        "a host whose cores (the cpu embedded default) or one GPU (a one-GPU run) the timer shares with the "
+        "generator, learner and compile jobs: they pause at their next token / vLLM engine step / micro-batch / "
+        "build while an evaluation holds the device (rl_kernels/host_share.py); steadier speedups and timed "
+        "windows of the timer's own, at the price of that work waiting for each evaluation"))
     seed: int | None = Field(None, description=(
         "None: fresh entropy from the OS for every evaluation (inputs, re-checked calls, pool order; "
         "recorded in the Measurement); an int fixes them all, reproducible but predictable by a candidate"))
+
+
+class VLLMSettings(_Strict):
+    """The vLLM engine of a generator (`policy.backend=vllm`, rl_kernels/policy/vllm_engine.py)."""
+
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description=(
+        "fraction of the GPU's memory vLLM takes for weights and KV cache; lower it where the learner or a "
+        "timer shares the GPU (one-GPU runs), raise it (0.9) on a generator's own GPU for more concurrent sequences"))
+    max_model_len: int = Field(4096, ge=64, description=(
+        "longest prompt + completion in tokens the engine accepts (and sizes its KV cache for); a "
+        "completion that reaches it ends as truncated"))
+    max_num_seqs: int = Field(256, ge=1, description=(
+        "sequences decoded together in one engine step; more is more throughput until the KV cache runs out"))
+    max_lora_rank: int = Field(16, ge=1, description=(
+        "largest LoRA rank the engine serves (must be >= learner.lora.rank); larger reserves more GPU memory "
+        "per resident adapter"))
+    tensor_parallel_size: int = Field(1, ge=1, description=(
+        "GPUs one engine spans (must equal cluster.generator_num_gpus); for models that do not fit one GPU"))
+    enforce_eager: bool = Field(False, description=(
+        "no CUDA graphs and no torch.compile: the engine starts in about a minute instead of several, and "
+        "decodes slower"))
+    attention_backend: str | None = Field(None, description=(
+        "vLLM's attention backend by name (e.g. FLASH_ATTN, TRITON_ATTN); None lets vLLM choose"))
 
 
 class PolicyConfig(_Strict):
@@ -334,6 +357,15 @@ class PolicyConfig(_Strict):
         "A PEFT adapter (e.g. RUN/sft/adapter from `rl-kernels sft`) merged into the base weights by "
         "generators and learner at load: the policy's version 0 and the KL reference; None starts "
         "from the base model"))
+    delivery_tolerance: float = Field(0.5, gt=0, lt=1, description=(
+        "largest |share - 1| for an adapter to count as delivered, share being the part of the learner's adapter "
+        "effect on the probe that the generator reproduces (rl_kernels/policy/delivery.py; the base model has 0, "
+        "vLLM 0.26 scoring a PEFT adapter measured 0.72 on an H100); lower catches partial deliveries (a wrong "
+        "scaling) but trips on engine numerics"))
+    delivery_min_shift: float = Field(0.02, ge=0, description=(
+        "smallest adapter effect on the probe (mean |adapter - base| logprob, nats per token) the check judges; "
+        "smaller ones (the first steps from a zero LoRA B) are served and counted inconclusive"))
+    vllm: VLLMSettings = Field(default_factory=VLLMSettings)
 
     @field_validator("init_adapter")
     @classmethod
@@ -420,6 +452,9 @@ class ClusterConfig(_Strict):
         "policy replicas sampling groups; more raise generation throughput, each holds a model copy"))
     generator_num_gpus: float = Field(0.0, ge=0, description=(
         "GPUs per generator (0 for a cpu policy; below 1 only with eval.shared_device)"))
+    generator_slots: int = Field(1, ge=1, description=(
+        "groups one generator samples at once; hf samples one batch at a time (1), vLLM batches concurrent "
+        "groups into the same engine steps (4-16 keep its GPU busy; more groups in flight are also staler)"))
     num_compilers: int = Field(2, ge=1, description=(
         "compile workers, one core and one build at a time each; ~3 per hf generator for hgemm builds, ~13 for module builds"))
     num_timers: int = Field(1, ge=1, description=(
@@ -705,6 +740,17 @@ class Config(_Strict):
         on_gpu = self.policy.device.startswith("cuda")
         if self.policy.backend == "vllm" and not on_gpu:
             raise ValueError("policy.backend vllm needs a GPU: set policy.device=cuda")
+        if self.policy.backend == "vllm":
+            vllm = self.policy.vllm
+            if self.learner.lora.rank > vllm.max_lora_rank:
+                raise ValueError(f"learner.lora.rank {self.learner.lora.rank} is above policy.vllm.max_lora_rank "
+                                 f"{vllm.max_lora_rank}: the engine could not serve the adapters; raise max_lora_rank")
+            if vllm.tensor_parallel_size != self.cluster.generator_num_gpus and self.cluster.generator_num_gpus >= 1:
+                raise ValueError(f"policy.vllm.tensor_parallel_size {vllm.tensor_parallel_size} differs from "
+                                 f"cluster.generator_num_gpus {self.cluster.generator_num_gpus}: each engine spans "
+                                 "exactly the GPUs its generator reserves")
+            if vllm.tensor_parallel_size > 1 and self.cluster.generator_num_gpus < 1:
+                raise ValueError("policy.vllm.tensor_parallel_size > 1 needs whole GPUs per generator")
         if on_gpu and self.cluster.generator_num_gpus == 0:
             raise ValueError("policy.device is cuda but cluster.generator_num_gpus is 0: Ray would hide "
                              "every GPU from the generators; give each generator a GPU (1)")

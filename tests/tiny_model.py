@@ -24,6 +24,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from rl_kernels.policy.delivery import Probe
+
 WORDS = (
     "write a fast cuda kernel for matrix multiply use shared memory tiles and warps please"
 ).split()
@@ -93,6 +95,49 @@ def save_tiny_lora(model_dir: Path, out: Path, seed: int = 1) -> Path:
         torch.manual_seed(seed)
         get_peft_model(base, lora).save_pretrained(out)
     return out
+
+
+LEARNER_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def save_learner_like_lora(model_dir: Path, out: Path, *, seed: int, std: float) -> Path:
+    """A LoRA adapter shaped like the learner's default (r16, alpha 32, every linear layer) for any
+    causal LM, with B drawn from N(0, std) so it changes outputs by a chosen amount."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir),
+                               LoraConfig(r=16, lora_alpha=32, target_modules=LEARNER_TARGETS))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, std)
+    model.save_pretrained(out)
+    return out
+
+
+class PeftScorer:
+    """A base model with a PEFT adapter on a device: the learner's view of an adapter's logprobs."""
+
+    def __init__(self, model_dir: Path, adapter: Path, dtype: torch.dtype, device: str = "cuda") -> None:
+        from peft import PeftModel
+
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+        self.model = PeftModel.from_pretrained(base, str(adapter)).eval()
+        self.device = device
+
+    @torch.no_grad()
+    def logprobs(self, ids: list[int], temperature: float = 1.0, adapter: bool = True) -> list[float]:
+        """log p(ids[i] | ids[:i]) for i >= 1, with the adapter on or off."""
+        x = torch.tensor([ids], device=self.device)
+        if adapter:
+            logits = self.model(input_ids=x).logits[0, :-1].float()
+        else:
+            with self.model.disable_adapter():
+                logits = self.model(input_ids=x).logits[0, :-1].float()
+        return torch.log_softmax(logits / temperature, -1).gather(-1, x[0, 1:, None])[:, 0].tolist()
+
+    def probe(self, ids: list[int]) -> Probe:
+        return Probe(list(ids), self.logprobs(ids), self.logprobs(ids, adapter=False))
 
 
 # ---- a model that has learned one answer by heart ------------------------------------------------

@@ -1,4 +1,4 @@
-"""The policy interface every generation backend implements (hf now, vLLM later).
+"""The policy interface every generation backend implements (hf and vLLM).
 
 A completion carries everything the learner needs to compute importance weights against the
 behaviour policy without re-running it: the exact token ids, the per-token logprob under the
@@ -81,4 +81,9 @@ class PolicyBackend(Protocol):
 
     def loaded_versions(self) -> list[int]:
         """Versions `generate` accepts now, ascending (0, the base model, is always there)."""
+        ...
+
+    def score(self, token_ids: list[int], adapter_version: int) -> list[float]:
+        """log p(token_ids[i] | token_ids[:i]) for i >= 1 under `adapter_version` at temperature 1:
+        what the adapter delivery check compares with the learner's own logprobs."""
         ...

@@ -12,6 +12,7 @@ import torch
 from rl_kernels.config import PolicyConfig
 from rl_kernels.host_share import HostShare
 from rl_kernels.policy.base import PolicyBackend, SamplingParams
+from rl_kernels.policy.delivery import DeliveryCheckedPolicy
 
 
 def torch_dtype(dtype: str, device: str) -> torch.dtype:
@@ -22,14 +23,16 @@ def torch_dtype(dtype: str, device: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
-def make_policy(cfg: PolicyConfig, *, max_loaded_adapters: int, host: HostShare | None = None) -> PolicyBackend:
-    """Build the configured backend.  Pass max_loaded_adapters = rollout.max_staleness + 2, so a
-    request still in flight on the oldest admissible version finds its adapter loaded, and the
-    host share when a timer measures on this host's cores (`eval.quiet_host`)."""
+def make_policy(cfg: PolicyConfig, *, max_loaded_adapters: int, host: HostShare | None = None) -> DeliveryCheckedPolicy:
+    """Build the configured backend, wrapped in the adapter delivery check. Pass max_loaded_adapters
+    = rollout.max_staleness + 2, so a request still in flight on the oldest admissible version finds
+    its adapter loaded, and the host share when a timer measures on this host's cores or GPU
+    (`eval.quiet_host`)."""
+    backend: PolicyBackend
     if cfg.backend == "hf":
         from rl_kernels.policy.hf import HFPolicy
 
-        return HFPolicy(
+        backend = HFPolicy(
             cfg.model,
             device=cfg.device,
             dtype=torch_dtype(cfg.dtype, cfg.device),
@@ -38,10 +41,11 @@ def make_policy(cfg: PolicyConfig, *, max_loaded_adapters: int, host: HostShare 
             init_adapter=cfg.init_adapter,
             host=host,
         )
-    raise NotImplementedError(
-        f"policy.backend={cfg.backend!r} is not implemented yet (the vLLM backend is a later "
-        f"issue); use policy.backend=hf"
-    )
+    else:
+        from rl_kernels.policy.vllm_engine import build_vllm_policy
+
+        backend = build_vllm_policy(cfg, max_loaded_adapters=max_loaded_adapters, host=host)
+    return DeliveryCheckedPolicy(backend, cfg.delivery_tolerance, cfg.delivery_min_shift)
 
 
 def sampling_params(cfg: PolicyConfig, seed: int | None) -> SamplingParams:

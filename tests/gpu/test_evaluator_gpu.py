@@ -164,6 +164,7 @@ def test_a_compiled_baseline_is_kept_between_evaluations(tmp_path: Path, cuda_co
     assert any(p.is_file() for p in (tmp_path / "True" / "compiled-baselines").rglob("*"))
     assert not (tmp_path / "False" / "compiled-baselines").exists()
     warm = {keep: got[keep].extra["phase_s"]["warm"] for keep in got}
+    print(f"warm phase: kept {warm[True]:.2f} s, fresh {warm[False]:.2f} s")   # shown with -rA
     assert warm[True] < warm[False], warm
 
 

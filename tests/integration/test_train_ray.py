@@ -26,7 +26,8 @@ from test_rollout_ray import ANSWER, MAX_NEW_TOKENS, TASK  # noqa: E402
 from tiny_model import save_memorizing_llama  # noqa: E402
 
 from rl_kernels.cluster.train import SUMMARY, TrainDriver  # noqa: E402
-from rl_kernels.learner.publish import published_versions  # noqa: E402
+from rl_kernels.learner.publish import adapter_dir, published_versions  # noqa: E402
+from rl_kernels.policy.delivery import read_probe  # noqa: E402
 from rl_kernels.buffer_restore import RESUMED, restore_buffer  # noqa: E402
 from rl_kernels.config import Config, load_config  # noqa: E402
 from rl_kernels.metrics import read_metrics  # noqa: E402
@@ -75,6 +76,13 @@ def test_train_then_resume_after_a_lost_step(ray_cluster: Any, model_dir: Path, 
     assert max(versions.values()) >= 1, "no group was sampled with a published adapter"
     assert 3 in first["generators"][0]["loaded_versions"]
     assert published_versions(run) == [1, 2, 3]
+    # every version was published with its probe, and the generator checked each one it sampled from
+    assert all(read_probe(adapter_dir(run, v)) is not None for v in (1, 2, 3))
+    gen = first["generators"][0]
+    sampled = {v for v in versions.values() if v > 0}
+    assert gen["adapter_checks"] >= len(sampled) >= 1 and gen["adapter_check_failures"] == 0, gen
+    assert gen["adapter_unchecked"] == 0
+    assert any(r.get("policy/delivery/checks", 0) >= 1 for r in read_metrics(run))
     assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir()) == ["step-2", "step-3"]
     learner_rows = [r for r in read_metrics(run) if "learner/loss" in r]
     assert [r["step"] for r in learner_rows] == [1, 2, 3]

@@ -17,6 +17,7 @@ from rl_kernels.learner.engine import build_policy_engine, token_logprobs
 from rl_kernels.learner.sft import SftTrainer, encode_example
 from rl_kernels.config import LearnerConfig
 from rl_kernels.policy import SamplingParams
+from rl_kernels.policy.delivery import DeliveryCheckedPolicy
 from rl_kernels.policy.hf import HFPolicy
 from rl_kernels.sft.examples import SftExample
 from rl_kernels.tasks import get_task
@@ -45,9 +46,10 @@ def test_sft_teaches_the_answer_and_its_adapter_carries_over(model_dir: Path, tm
 
     adapter = tmp_path / "adapter"
     trainer.save_adapter(adapter)
-    policy = HFPolicy(model_dir)
+    policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.01, min_shift=1e-3)   # self-training publishes it
     policy.load_adapter(1, adapter)
     out = policy.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=0.05, seed=0), 1)
+    assert policy.checks[0].conclusive and policy.checks[0].delivered
     assert all(c[0].text.strip() == ANSWER for c in out), [c[0].text for c in out]
     # policy.init_adapter: merged into the base weights, the warm start is a GRPO run's version 0
     warm = HFPolicy(model_dir, init_adapter=adapter)

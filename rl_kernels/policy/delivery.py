@@ -1,0 +1,197 @@
+"""Adapter delivery, checked: the version a generator samples from is the learner's adapter.
+
+Async RL systems have trained for whole runs while their inference engines never received a LoRA
+update (the engine listed no adapters; it looked like staleness). Listing is not enough either: a
+wrong file, a target module the engine ignores or a scaling mismatch serve *an* adapter, not the
+learner's. So the learner writes a probe next to every adapter it publishes: a fixed token sequence
+with its own per-token logprobs under the new adapter and under the base. Before a generator samples
+from a version for the first time it scores the same tokens under that version and under the base,
+and asks how much of the learner's adapter *effect* (adapter minus base, per token) it reproduces:
+
+    learner effect e_l = learner_adapter - learner_base,  served effect e_s = served_adapter - served_base
+    share = sum(e_s * e_l) / sum(e_l ** 2)      (least squares: e_s ~ share * e_l)
+    delivered  <=>  |share - 1| <= policy.delivery_tolerance
+
+A generator serving the base under the version's name has share 0, one applying half the scaling
+0.5, the learner's adapter 1. Per-token numerics (a bf16 engine and a learner differ by ~0.04
+nats/token on SmolLM2, as much as a fresh adapter moves the probe) are not correlated with the
+adapter's effect, so they average out of `share` instead of adding up as they would in a mean
+absolute difference. An adapter whose effect is below `policy.delivery_min_shift` cannot be told
+from the base (the first step from a zero-initialised LoRA B): it is served and counted as
+inconclusive. An adapter without a probe (made outside the learner) is served and counted as
+unchecked.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rl_kernels.policy.base import BASE_VERSION, Completion, Messages, PolicyBackend, SamplingParams, adapter_name
+
+PROBE_FILE = "probe.json"
+
+PROBE_MESSAGES: Messages = [
+    {"role": "user", "content": "Write a CUDA kernel that adds two float vectors of length n."},
+    {"role": "assistant", "content": (
+        "### Performance analysis\nThe add is memory-bound: one load per input and one store per output.\n"
+        "### Algorithm design\nOne thread per element, grid-stride loop, coalesced accesses.\n### Code\n```cuda\n"
+        "__global__ void add(const float* a, const float* b, float* c, int n) {\n"
+        "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)\n"
+        "    c[i] = a[i] + b[i];\n}\n```")},
+]
+"""A short exchange in the policy's answer format: the probe's tokens, in the distribution it samples."""
+
+
+class AdapterDeliveryError(RuntimeError):
+    """A generator serves something other than the learner's adapter for a version."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the learner measured on its own model when it published a version."""
+
+    token_ids: list[int]           # [L] the probe sequence
+    adapter_logprobs: list[float]  # [L-1] log p(token_ids[i] | prefix), i >= 1, adapter on, temperature 1
+    base_logprobs: list[float]     # [L-1] the same with the adapter off
+
+    def __post_init__(self) -> None:
+        n = len(self.token_ids) - 1
+        if n < 1 or len(self.adapter_logprobs) != n or len(self.base_logprobs) != n:
+            raise ValueError(f"a probe of {len(self.token_ids)} tokens needs {n} logprobs per model, got "
+                             f"{len(self.adapter_logprobs)} and {len(self.base_logprobs)}")
+
+    @property
+    def shift(self) -> float:
+        """Mean |adapter - base| logprob on the probe (nats per token): the adapter's own effect."""
+        return sum(abs(a - b) for a, b in zip(self.adapter_logprobs, self.base_logprobs)) / len(self.base_logprobs)
+
+
+@dataclass(frozen=True)
+class DeliveryCheck:
+    """One version's check on one generator."""
+
+    version: int
+    share: float      # the part of the learner's effect the generator reproduces (1: all of it)
+    shift: float      # mean |learner's effect|, nats per token
+    tolerance: float  # the largest |share - 1| that counts as delivered
+    min_shift: float  # below it the check cannot tell the adapter from the base
+
+    @property
+    def conclusive(self) -> bool:
+        return self.shift >= self.min_shift
+
+    @property
+    def delivered(self) -> bool:
+        return not self.conclusive or abs(self.share - 1.0) <= self.tolerance
+
+
+def probe_token_ids(tokenizer: Any) -> list[int]:
+    """The probe sequence for a tokenizer (its chat template, as the policy's prompts use)."""
+    text = tokenizer.apply_chat_template(PROBE_MESSAGES, tokenize=False)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def write_probe(directory: Path, probe: Probe) -> None:
+    (Path(directory) / PROBE_FILE).write_text(json.dumps(asdict(probe)))
+
+
+def read_probe(directory: Path) -> Probe | None:
+    """The probe published with an adapter; None when it has none. A probe that cannot be read is an
+    error: the adapter directory is damaged."""
+    path = Path(directory) / PROBE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return Probe(**json.loads(path.read_text()))
+    except (ValueError, TypeError) as exc:
+        raise AdapterDeliveryError(f"{path} is not a readable probe: {exc}") from exc
+
+
+def compare(version: int, probe: Probe, served: list[float], served_base: list[float], tolerance: float,
+            min_shift: float) -> DeliveryCheck:
+    """The check's numbers from the generator's logprobs of the probe under the version (`served`)
+    and under the base (`served_base`); raises nothing (see `DeliveryCheckedPolicy`)."""
+    n = len(probe.adapter_logprobs)
+    if len(served) != n or len(served_base) != n:
+        raise AdapterDeliveryError(f"{adapter_name(version)}: the generator scored {len(served)} probe tokens, "
+                                   f"the learner {n} (different tokenizers?)")
+    learner = [a - b for a, b in zip(probe.adapter_logprobs, probe.base_logprobs)]   # [n]
+    generator = [s - b for s, b in zip(served, served_base)]                        # [n]
+    energy = sum(x * x for x in learner)
+    share = sum(g * x for g, x in zip(generator, learner)) / energy if energy > 0 else float("nan")
+    return DeliveryCheck(version, share, probe.shift, tolerance, min_shift)
+
+
+class DeliveryCheckedPolicy:
+    """A PolicyBackend that checks each version's probe before its first generation.
+
+    Wraps any backend: `load_adapter` remembers where the version came from, the first `generate` on
+    it scores the probe and raises AdapterDeliveryError (with the version and the share) when the
+    share is out of tolerance. A version reloaded from a new path (a restarted generator, a re-published
+    version after a resume) is checked again."""
+
+    def __init__(self, backend: PolicyBackend, tolerance: float, min_shift: float,
+                 report: Callable[[DeliveryCheck], None] | None = None) -> None:
+        self.backend, self.tolerance, self.min_shift, self.report = backend, tolerance, min_shift, report
+        self._lock = threading.Lock()       # the books below
+        self._checking = threading.Lock()   # one check at a time
+        self._pending: dict[int, Path] = {}     # loaded, not yet checked
+        self.checks: list[DeliveryCheck] = []
+        self.counts = {"adapter_checks": 0, "adapter_check_failures": 0, "adapter_inconclusive": 0,
+                       "adapter_unchecked": 0}
+
+    def load_adapter(self, version: int, path: Path) -> None:
+        self.backend.load_adapter(version, path)
+        with self._lock:
+            self._pending[version] = Path(path)
+
+    def loaded_versions(self) -> list[int]:
+        return self.backend.loaded_versions()
+
+    def score(self, token_ids: list[int], adapter_version: int) -> list[float]:
+        return self.backend.score(token_ids, adapter_version)
+
+    def generate(self, prompts: list[Messages], params: SamplingParams, adapter_version: int
+                 ) -> list[list[Completion]]:
+        if adapter_version in self._pending:
+            with self._checking:   # a concurrent first generation waits for the check's verdict
+                with self._lock:
+                    path = self._pending.pop(adapter_version, None)
+                if path is not None:
+                    self._check(adapter_version, path)
+        return self.backend.generate(prompts, params, adapter_version)
+
+    def stats(self) -> dict[str, float]:
+        """Counts, the last conclusive check's share and the share farthest from 1 so far."""
+        shares = [c.share for c in self.checks if c.conclusive]
+        return {**self.counts, "adapter_share_last": shares[-1] if shares else float("nan"),
+                "adapter_share_worst": max(shares, key=lambda x: abs(x - 1.0), default=float("nan"))}
+
+    def _check(self, version: int, path: Path) -> None:
+        probe = read_probe(path)
+        if probe is None:
+            self.counts["adapter_unchecked"] += 1
+            return
+        served = self.backend.score(probe.token_ids, version)
+        check = compare(version, probe, served, self.backend.score(probe.token_ids, BASE_VERSION),
+                        self.tolerance, self.min_shift)
+        self.checks.append(check)
+        self.counts["adapter_checks"] += 1
+        if not check.conclusive:
+            self.counts["adapter_inconclusive"] += 1
+        if self.report is not None:
+            self.report(check)
+        if not check.delivered:
+            self.counts["adapter_check_failures"] += 1
+            with self._lock:
+                self._pending[version] = path   # still unchecked: a retry checks again
+            raise AdapterDeliveryError(
+                f"{adapter_name(version)} from {path} is not what the learner published: on the probe the generator "
+                f"reproduces {check.share:.2f} of the learner's adapter effect ({check.shift:.4f} nats/token; "
+                f"delivered means 1 +- {check.tolerance})"
+                + (" -- the generator serves the base model?" if abs(check.share) < check.tolerance else ""))

@@ -1,0 +1,112 @@
+"""Adapter delivery checks with a real learner (GrpoTrainer on DeepSpeed, tiny Llama + LoRA) and a real
+sampler (HFPolicy): the learner's adapter passes, anything else served under its version fails loudly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+from tiny_model import PROMPTS, save_tiny_llama
+
+from rl_kernels.config import GrpoConfig, LearnerConfig
+from rl_kernels.learner.publish import publish_adapter
+from rl_kernels.learner.trainer import GrpoTrainer
+from rl_kernels.policy import SamplingParams
+from rl_kernels.policy.delivery import PROBE_FILE, AdapterDeliveryError, DeliveryCheckedPolicy, read_probe
+from rl_kernels.policy.hf import HFPolicy
+from rl_kernels.trajectories import Group, Trajectory
+
+PARAMS = SamplingParams(max_new_tokens=6, n=4, seed=0)
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny model and a version-1 adapter its learner published after one step."""
+    model_dir = save_tiny_llama(tmp_path_factory.mktemp("tiny"))
+    run = tmp_path_factory.mktemp("run")
+    trainer = GrpoTrainer(str(model_dir), LearnerConfig(lr=0.05, micro_batch_size=8), GrpoConfig(), temperature=1.0)
+    sampler = HFPolicy(model_dir)
+    comps = sampler.generate(PROMPTS[:1], SamplingParams(max_new_tokens=6, n=8, seed=1), 0)[0]
+    group = Group(group_id="g", task_id="toy", policy_version=0, prompt_token_ids=list(comps[0].prompt_token_ids),
+                  trajectories=[Trajectory(index=i, completion=c.text, source=None, reward=float(i % 2),
+                                           token_ids=list(c.token_ids), logprobs=list(c.logprobs), truncated=False)
+                                for i, c in enumerate(comps)])
+    trainer.train_step([group], 0)
+    return model_dir, publish_adapter(trainer.save_adapter, run, 1)
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_the_learner_publishes_a_probe_and_its_adapter_passes(published: tuple[Path, Path]) -> None:
+    model_dir, v1 = published
+    probe = read_probe(v1)
+    assert probe is not None and len(probe.token_ids) > 20
+    policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.01, min_shift=1e-3)
+    policy.load_adapter(1, v1)
+    assert len(policy.generate(PROMPTS[:1], PARAMS, 1)[0]) == 4
+    (check,) = policy.checks
+    assert check.shift > 1e-3 and check.conclusive        # the adapter moved the probe's logprobs
+    assert check.delivered and check.share == pytest.approx(1.0, abs=1e-4)   # same weights, same fp32 maths
+    assert policy.stats()["adapter_checks"] == 1
+    policy.generate(PROMPTS[:1], PARAMS, 1)                # checked once per load, not per call
+    assert policy.stats()["adapter_checks"] == 1
+
+
+def test_weights_other_than_the_learners_fail_with_the_version(published: tuple[Path, Path], tmp_path: Path) -> None:
+    model_dir, v1 = published
+    zeroed = _copy(v1, tmp_path / "zeroed")                # what an engine that drops the update serves
+    weights = load_file(zeroed / "adapter_model.safetensors")
+    save_file({k: v * 0 if "lora_B" in k else v for k, v in weights.items()}, zeroed / "adapter_model.safetensors")
+    policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.25, min_shift=1e-3)
+    policy.load_adapter(2, zeroed)
+    with pytest.raises(AdapterDeliveryError, match=r"policy-v2 from .*zeroed is not what the learner published.*"
+                                                   r"reproduces 0\.00 of the learner's adapter effect.*serves the base"):
+        policy.generate(PROMPTS[:1], PARAMS, 2)
+    assert policy.stats()["adapter_check_failures"] == 1
+    with pytest.raises(AdapterDeliveryError):              # still unchecked: never sampled from
+        policy.generate(PROMPTS[:1], PARAMS, 2)
+    assert policy.generate(PROMPTS[:1], PARAMS, 0)         # the base model itself needs no check
+
+
+def test_a_wrong_scaling_is_a_partial_delivery(published: tuple[Path, Path], tmp_path: Path) -> None:
+    """A wrong LoRA scaling (B at 0.3 of the learner's): the generator serves an adapter, not the learner's.
+    The effect is not linear in B at this adapter's size (a mean shift near 1 nat/token)."""
+    model_dir, v1 = published
+    scaled = _copy(v1, tmp_path / "scaled")
+    weights = load_file(scaled / "adapter_model.safetensors")
+    save_file({k: v * 0.3 if "lora_B" in k else v for k, v in weights.items()}, scaled / "adapter_model.safetensors")
+    policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.25, min_shift=1e-3)
+    policy.load_adapter(3, scaled)
+    with pytest.raises(AdapterDeliveryError, match=r"reproduces 0\.\d\d of the learner's adapter effect"):
+        policy.generate(PROMPTS[:1], PARAMS, 3)
+    assert 0.1 < policy.stats()["adapter_share_worst"] < 0.75
+
+
+def test_an_adapter_without_a_probe_is_served_and_counted_unchecked(published: tuple[Path, Path],
+                                                                   tmp_path: Path) -> None:
+    model_dir, v1 = published
+    bare = _copy(v1, tmp_path / "bare")
+    (bare / PROBE_FILE).unlink()
+    broken = _copy(v1, tmp_path / "broken")
+    (broken / PROBE_FILE).write_text(json.dumps({"token_ids": [1, 2], "adapter_logprobs": []}))
+    policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.25, min_shift=1e-3)
+    policy.load_adapter(1, bare)
+    policy.generate(PROMPTS[:1], PARAMS, 1)
+    assert policy.stats()["adapter_unchecked"] == 1 and policy.stats()["adapter_checks"] == 0
+    policy.load_adapter(2, broken)
+    with pytest.raises(AdapterDeliveryError, match="broken/probe.json is not a readable probe"):
+        policy.generate(PROMPTS[:1], PARAMS, 2)
+
+
+def test_an_effect_too_small_to_judge_is_served_and_counted(published: tuple[Path, Path]) -> None:
+    model_dir, v1 = published
+    policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.25, min_shift=10.0)
+    policy.load_adapter(1, v1)
+    policy.generate(PROMPTS[:1], PARAMS, 1)
+    assert not policy.checks[0].conclusive and policy.stats()["adapter_inconclusive"] == 1
