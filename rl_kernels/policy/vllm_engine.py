@@ -10,6 +10,8 @@ Settings that make vLLM's records the ones GRPO needs:
 - In-process engine core when a timer shares this host or GPU (`host`): then nothing runs on the
   GPU between two `step()` calls, and the loop thread's pauses are real. Without one, vLLM's
   engine-core process overlaps scheduling with the GPU.
+- Tensor parallelism (`policy.vllm.tensor_parallel_size` > 1) runs vLLM's workers as processes of
+  this actor on the GPUs of its placement bundle; only one-GPU engines have run here.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ class VLLMEngine:
                           max_model_len=v.max_model_len, max_num_seqs=v.max_num_seqs,
                           tensor_parallel_size=v.tensor_parallel_size, enforce_eager=v.enforce_eager,
                           logprobs_mode="processed_logprobs", generation_config="vllm",
+                          # Inside a generator actor vLLM sees the graph's placement group and would run its
+                          # tensor-parallel workers as Ray actors on bundles that belong to other actors; its own
+                          # processes use exactly the GPUs Ray gave this actor.
+                          distributed_executor_backend="mp" if v.tensor_parallel_size > 1 else None,
                           **({"attention_backend": v.attention_backend} if v.attention_backend else {}))
         self.engine = LLMEngine.from_engine_args(args, enable_multiprocessing=not in_process)
         self._stop = model_stop_token_ids(model_dir)
