@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from rl_kernels.cluster.driver import RolloutDriver  # noqa: E402
+from rl_kernels.cluster.driver import Driver  # noqa: E402
+from rl_kernels.cluster.search import SearchStage  # noqa: E402
 from rl_kernels.config import load_config  # noqa: E402
 from rl_kernels.prompts.parsing import code_language  # noqa: E402
 from rl_kernels.tasks import get_task  # noqa: E402
@@ -81,7 +82,7 @@ def run_combo(config: str | None, overrides: list[str], out: Path, compilers: in
     cfg = load_config(config, [*overrides, f"cluster.num_compilers={compilers}", f"cluster.num_timers={timers}",
                                f"run_dir={run_dir}", f"rollout.seed={1000 * compilers + timers}"])
     t0 = time.monotonic()
-    s = RolloutDriver(cfg, progress=False).run()
+    s = Driver(SearchStage, cfg, progress=False).run()
     p = s["pipeline"]
     return {"compilers": compilers, "timers": timers, "groups": s["groups"], "candidates": s["completions"],
             "compiled": s["compiled"], "correct": s["correct"], "wall_s": time.monotonic() - t0,

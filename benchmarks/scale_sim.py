@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO))
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from rl_kernels.cluster.train import TrainDriver  # noqa: E402
+from rl_kernels.cluster.driver import Driver  # noqa: E402
+from rl_kernels.cluster.train import LearnStage  # noqa: E402
 from rl_kernels.config import load_config  # noqa: E402
 from rl_kernels.metrics import read_metrics  # noqa: E402
 from rl_kernels.trajectories import read_groups  # noqa: E402
@@ -73,7 +74,7 @@ def run_point(gpus: int, g: int, c: int, t: int, args: argparse.Namespace, root:
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         cpu0 = time.process_time()
-        summary = TrainDriver(cfg).run()
+        summary = Driver(LearnStage, cfg).run()
         cpu = time.process_time() - cpu0     # the driver process's CPU, actors' start-up included
     finally:
         ray.shutdown()

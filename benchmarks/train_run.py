@@ -29,7 +29,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rl_kernels.cluster.train import SUMMARY, TrainDriver  # noqa: E402
+from rl_kernels.cluster.driver import Driver  # noqa: E402
+from rl_kernels.cluster.train import SUMMARY, LearnStage  # noqa: E402
 from rl_kernels.config import load_config  # noqa: E402
 from rl_kernels.metrics import read_metrics  # noqa: E402
 from rl_kernels.trajectories import read_groups  # noqa: E402
@@ -100,7 +101,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = load_config(args.config, args.overrides)
     t0 = time.time()
-    summary = TrainDriver(cfg, resume=args.resume).run()
+    summary = Driver(LearnStage, cfg, resume=args.resume).run()
     run_dir = Path(cfg.run_dir)
     fig = figures(run_dir, json.loads((run_dir / SUMMARY).read_text()) | summary)
     versions = per_version(run_dir)

@@ -29,16 +29,16 @@ import asyncio
 import json
 import math
 import random
-import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from rl_kernels.cluster.driver import RolloutDriver
-from rl_kernels.cluster.graph import ProducerGraph, build_graph, kill_graph
+from rl_kernels.cluster.driver import RunContext
+from rl_kernels.cluster.search import drain
 from rl_kernels.learner.checkpoints import CHECKPOINTS, checkpoint_steps, python_rng_state, rotate_checkpoints
 from rl_kernels.learner.publish import adapter_dir, publish_adapter
 from rl_kernels.learner.sft import EncodedExample, SftTrainer
-from rl_kernels.metrics import MetricsSink, group_metrics
+from rl_kernels.metrics import group_metrics
 from rl_kernels.trajectories import Group, Trajectory
 from rl_kernels.types import Task
 
@@ -67,82 +67,80 @@ def round_examples(groups: list[Group], rule: str, dedupe: bool, max_answer_toke
     return out
 
 
-class SelfTrainDriver(RolloutDriver):
+class RoundsStage:
+    LEARNER = False
     SUMMARY = SUMMARY
+    BAR = False   # the per-group and per-round lines are the progress report
 
-    def __init__(self, cfg: Any, *, resume: bool = False, progress: bool = True) -> None:
-        super().__init__(cfg, resume=resume, progress=False)
-        self.say = (lambda line: print(line, flush=True)) if progress else (lambda line: None)
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
         self.rounds: list[dict[str, Any]] = []
         self.trainer: SftTrainer | None = None
-        self._rng = random.Random(cfg.rollout.seed)
+        self._rng = random.Random(ctx.cfg.rollout.seed)    # the fine-tuning's shuffles; checkpointed
+        self.first = 1                                     # the round to run next (after a resume, later)
+        self.round = 0
+        self._expected = 0                                 # groups the round started
+        self._finished: list[Group | None] = []            # its groups that ended (None: failed)
+        self._round_done = asyncio.Event()
 
-    async def _run(self) -> dict[str, Any]:
-        sc = self.cfg.selftrain
-        self.say(f"selftrain: {sc.rounds} round(s) x {len(self.tasks)} task(s) x {sc.groups_per_task} group(s) of "
-                 f"{self.cfg.policy.group_size}; starting the actors")
-        graph = self.graph = await build_graph(self.cfg, learner=False)
-        self.t0 = time.monotonic()
-        sink = self._sink = MetricsSink(self.run_dir, self.cfg.metrics, run_config=self.cfg.model_dump(mode="json"),
-                                        name=self.run_dir.name, resume=self.resume)
-        stop = asyncio.Event()
-        consumer = asyncio.create_task(self._consume(graph, stop))
-        try:
-            first = await self._resume_rounds(graph) if self.resume else 1
-            await self._seed_archive(graph)
-            for r in range(first, sc.rounds + 1):
-                groups = await self._sample_round(graph, r)
-                if self._errors:
-                    break
-                record = await self._train_round(graph, r, groups)
-                self.rounds.append(record)
-                with (self.run_dir / ROUNDS).open("a") as f:   # the round's commit
-                    f.write(json.dumps(record) + "\n")
-                sink.log(record, step=r)
-                self.say(f"round {r}: v{record['selftrain/sampled_version']} sampled {record['selftrain/samples']}, "
-                         f"compiled {record['selftrain/compiled']}, correct {record['selftrain/correct']}, kept "
-                         f"{record['selftrain/kept']} -> {record['selftrain/sft_steps']} sft step(s), loss "
-                         f"{record.get('selftrain/loss', float('nan')):.4f}, now v{self.version}")
-        finally:
-            stop.set()
-            await consumer
-            sink.close()
-            kill_graph(graph)
-        summary = {**self.tally.summary(), "rounds": self.rounds, "version": self.version,
-                   "wall_s": time.monotonic() - self.t0, "archive": self.archive.summary(),
-                   "run_dir": str(self.run_dir)}
-        (self.run_dir / self.SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
-        if self._errors:
-            raise self._errors[0]
-        return summary
+    async def start(self) -> None:
+        sc, ctx = self.ctx.cfg.selftrain, self.ctx
+        ctx.say(f"selftrain: {sc.rounds} round(s) x {len(ctx.tasks)} task(s) x {sc.groups_per_task} group(s) of "
+                f"{ctx.cfg.policy.group_size}")
+        if ctx.resume:
+            self.first = await self._resume_rounds()
 
-    async def _sample_round(self, graph: ProducerGraph, r: int) -> list[Group]:
-        wanted = [t for t in self.tasks for _ in range(self.cfg.selftrain.groups_per_task)]
-        done = [0]
+    async def tasks(self) -> AsyncIterator[Task]:
+        """Round after round: every training task x `selftrain.groups_per_task`, then (once all of
+        them ended) the fine-tuning on what they verified, before the next round is sampled."""
+        ctx, sc = self.ctx, self.ctx.cfg.selftrain
+        for r in range(self.first, sc.rounds + 1):
+            wanted = [t for t in ctx.tasks for _ in range(sc.groups_per_task)]
+            self.round, self._expected, self._finished = r, len(wanted), []
+            self._round_done.clear()
+            for task in wanted:
+                yield task
+            await self._round_done.wait()
+            if ctx.producer.errors:
+                return
+            groups = [g for g in self._finished if g is not None]
+            record = await self._train_round(r, groups)
+            self.rounds.append(record)
+            with (ctx.run_dir / ROUNDS).open("a") as f:   # the round's commit
+                f.write(json.dumps(record) + "\n")
+            ctx.sink.log(record, step=r)
+            ctx.say(f"round {r}: v{record['selftrain/sampled_version']} sampled {record['selftrain/samples']}, "
+                    f"compiled {record['selftrain/compiled']}, correct {record['selftrain/correct']}, kept "
+                    f"{record['selftrain/kept']} -> {record['selftrain/sft_steps']} sft step(s), loss "
+                    f"{record.get('selftrain/loss', float('nan')):.4f}, now v{ctx.versions.current}")
 
-        async def one(task: Task) -> Group | None:
-            gid = self._group_id()
-            self._submitted += 1
-            version = await self._wait_slot(graph, gid, None)
-            assert version is not None
-            group = await self._group(graph, gid, version, task, None)
-            if group is None:
-                return None
-            done[0] += 1
+    def stopped(self) -> bool:
+        return bool(self.ctx.producer.errors)
+
+    async def consume(self, stop: asyncio.Event) -> None:
+        await drain(self.ctx, stop)
+
+    def on_group(self, group: Group | None) -> None:
+        self._finished.append(group)
+        if group is not None:
             correct = sum(bool(t.measurement and t.measurement.correct) for t in group.trajectories)
-            self.say(f"round {r}: group {done[0]}/{len(wanted)} {task.id} v{version}: {correct}/{len(group.trajectories)} correct")
-            return group
+            self.ctx.say(f"round {self.round}: group {len(self._finished)}/{self._expected} {group.task_id} "
+                         f"v{group.policy_version}: {correct}/{len(group.trajectories)} correct")
+        if len(self._finished) == self._expected:
+            self._round_done.set()
 
-        groups = [g for g in await asyncio.gather(*(one(t) for t in wanted)) if g is not None]
-        self._recent.clear()   # the rollout's ticker reports these; here the round record does
-        return groups
+    def metrics_step(self) -> int:
+        return self.round
 
-    async def _train_round(self, graph: ProducerGraph, r: int, groups: list[Group]) -> dict[str, Any]:
-        sc = self.cfg.selftrain
+    async def summary(self, base: dict[str, Any]) -> dict[str, Any]:
+        return {**base, "rounds": self.rounds, "version": self.ctx.versions.current}
+
+    async def _train_round(self, r: int, groups: list[Group]) -> dict[str, Any]:
+        ctx, sc = self.ctx, self.ctx.cfg.selftrain
         trajs = [t for g in groups for t in g.trajectories]
         examples = round_examples(groups, sc.keep, sc.dedupe, sc.max_answer_tokens)
         record: dict[str, Any] = {
-            "selftrain/round": r, "selftrain/sampled_version": self.version, "selftrain/samples": len(trajs),
+            "selftrain/round": r, "selftrain/sampled_version": ctx.versions.current, "selftrain/samples": len(trajs),
             "selftrain/compiled": sum(bool(t.measurement and t.measurement.compiled) for t in trajs),
             "selftrain/correct": sum(bool(t.measurement and t.measurement.correct) for t in trajs),
             "selftrain/kept": len(examples), "selftrain/sft_steps": 0,
@@ -150,46 +148,48 @@ class SelfTrainDriver(RolloutDriver):
         if not examples:
             return record
         losses = self._fine_tune(examples)   # nothing else runs between rounds: the loop may block here
-        version = self.version + 1
-        path = publish_adapter(self.trainer.save_adapter, self.run_dir, version)   # type: ignore[union-attr]
-        checkpoints = self.run_dir / CHECKPOINTS
-        self.trainer.save_checkpoint(checkpoints, r, {"shuffle_rng": self._rng.getstate()})   # type: ignore[union-attr]
-        rotate_checkpoints(checkpoints, self.cfg.train.keep_checkpoints)
-        await self._announce(graph, version, path)
+        trainer = self._trainer()
+        version = ctx.versions.current + 1
+        path = publish_adapter(trainer.save_adapter, ctx.run_dir, version)
+        checkpoints = ctx.run_dir / CHECKPOINTS
+        trainer.save_checkpoint(checkpoints, r, {"shuffle_rng": self._rng.getstate()})
+        rotate_checkpoints(checkpoints, ctx.cfg.train.keep_checkpoints)
+        await self._announce(version, path)
         record.update({"selftrain/sft_steps": len(losses), "selftrain/loss": sum(losses) / len(losses),
                        "selftrain/loss_first": losses[0], "selftrain/loss_last": losses[-1], "policy/version": version})
         return record
 
-    async def _announce(self, graph: ProducerGraph, version: int, path: Path) -> None:
+    async def _announce(self, version: int, path: Path) -> None:
         """Make `version` the one new groups are sampled with."""
-        await graph.buffer.set_version.remote(version)
-        await asyncio.gather(*(g.load_adapter.remote(version, str(path)) for g in graph.generators.actors),
-                             return_exceptions=True)   # a dead generator reloads on its next request
-        self.version, self._adapter_paths[version] = version, str(path)
+        ctx = self.ctx
+        await ctx.graph.buffer.set_version.remote(version)
+        ctx.versions.publish(version, path)
+        await ctx.versions.announce(ctx.graph.generators.actors, version)
 
-    async def _resume_rounds(self, graph: ProducerGraph) -> int:
+    async def _resume_rounds(self) -> int:
         """Pick up after the last committed round: its records, its trainer state, its version;
         returns the round to run next."""
-        log = self.run_dir / ROUNDS
+        ctx = self.ctx
+        log = ctx.run_dir / ROUNDS
         self.rounds = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
         trained = [r for r in self.rounds if r["selftrain/sft_steps"]]
         if trained:
             last = trained[-1]
             step, version = int(last["selftrain/round"]), int(last["policy/version"])
-            if step not in checkpoint_steps(self.run_dir / CHECKPOINTS):
-                raise FileNotFoundError(f"{self.run_dir}: round {step} is committed in {ROUNDS} but its checkpoint "
+            if step not in checkpoint_steps(ctx.run_dir / CHECKPOINTS):
+                raise FileNotFoundError(f"{ctx.run_dir}: round {step} is committed in {ROUNDS} but its checkpoint "
                                         f"{CHECKPOINTS}/step-{step} is missing; cannot continue its adapter")
-            state = self._trainer().load_checkpoint(self.run_dir / CHECKPOINTS, step)
+            state = self._trainer().load_checkpoint(ctx.run_dir / CHECKPOINTS, step)
             self._rng.setstate(python_rng_state(state["shuffle_rng"]))
-            await self._announce(graph, version, adapter_dir(self.run_dir, version))
+            await self._announce(version, adapter_dir(ctx.run_dir, version))
         first = len(self.rounds) + 1
-        self.say(f"selftrain: resuming {self.run_dir} after round {first - 1} of {self.cfg.selftrain.rounds} "
-                 f"at v{self.version}" + ("" if first <= self.cfg.selftrain.rounds else "; every round is done"))
+        ctx.say(f"selftrain: resuming {ctx.run_dir} after round {first - 1} of {ctx.cfg.selftrain.rounds} "
+                f"at v{ctx.versions.current}" + ("" if first <= ctx.cfg.selftrain.rounds else "; every round is done"))
         return first
 
     def _fine_tune(self, examples: list[EncodedExample]) -> list[float]:
         """`selftrain.epochs` passes over the round's kept samples; the trainer persists across rounds."""
-        sc = self.cfg.selftrain
+        sc = self.ctx.cfg.selftrain
         trainer = self._trainer()
         losses = []
         for _ in range(sc.epochs):
@@ -202,7 +202,7 @@ class SelfTrainDriver(RolloutDriver):
     def _trainer(self) -> SftTrainer:
         """The rounds' trainer, built on first use (the base model plus policy.init_adapter)."""
         if self.trainer is None:
-            init = Path(self.cfg.policy.init_adapter) if self.cfg.policy.init_adapter else None
-            self.trainer = SftTrainer(self.cfg.policy.model, self.cfg.learner, init_adapter=init,
-                                      lr=self.cfg.selftrain.lr)
+            cfg = self.ctx.cfg
+            init = Path(cfg.policy.init_adapter) if cfg.policy.init_adapter else None
+            self.trainer = SftTrainer(cfg.policy.model, cfg.learner, init_adapter=init, lr=cfg.selftrain.lr)
         return self.trainer

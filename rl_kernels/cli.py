@@ -272,10 +272,11 @@ def cmd_export(args: argparse.Namespace, cfg: Config) -> int:
 
 def cmd_rollout(args: argparse.Namespace, cfg: Config) -> int:
     """The producer half on Ray (imported here: the library itself never imports Ray)."""
-    from rl_kernels.cluster.driver import RolloutDriver, RunDirError
+    from rl_kernels.cluster.driver import Driver, RunDirError
+    from rl_kernels.cluster.search import SearchStage
 
     try:
-        summary = RolloutDriver(cfg, resume=args.resume, progress=not args.no_progress).run()
+        summary = Driver(SearchStage, cfg, resume=args.resume, progress=not args.no_progress).run()
     except RunDirError as exc:
         raise ConfigError(str(exc)) from None
     print(_rollout_summary(summary))
@@ -303,8 +304,8 @@ def _rollout_summary(s: dict[str, Any]) -> str:
 def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     """Generators, compile pool, timers, buffer and the learner on Ray; ends with a summary and
     the run's report (Ray is imported here: the library itself never imports it)."""
-    from rl_kernels.cluster.driver import RunDirError
-    from rl_kernels.cluster.train import TrainDriver
+    from rl_kernels.cluster.driver import Driver, RunDirError
+    from rl_kernels.cluster.train import LearnStage
     from rl_kernels.report import write_report
 
     warm = None
@@ -315,7 +316,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
         print(_warm_start_line(warm.report, warm.output, warm.reused), flush=True)
         cfg = start_from(cfg, warm)
     try:
-        summary = TrainDriver(cfg, resume=bool(args.resume_dir)).run()
+        summary = Driver(LearnStage, cfg, resume=bool(args.resume_dir)).run()
     except RunDirError as exc:
         raise ConfigError(str(exc).replace("pass --resume", f"pass --resume {cfg.run_dir}")) from None
     report = write_report(Path(cfg.run_dir))
@@ -375,11 +376,11 @@ def _archive_line(rows: list[dict[str, Any]]) -> str:
 
 def cmd_selftrain(args: argparse.Namespace, cfg: Config) -> int:
     """Stage 2 on Ray (generators, compile pool, timers, buffer), the fine-tuning in this process."""
-    from rl_kernels.cluster.driver import RunDirError
-    from rl_kernels.cluster.selftrain import SelfTrainDriver
+    from rl_kernels.cluster.driver import Driver, RunDirError
+    from rl_kernels.cluster.selftrain import RoundsStage
 
     try:
-        s = SelfTrainDriver(cfg, resume=bool(args.resume_dir)).run()
+        s = Driver(RoundsStage, cfg, resume=bool(args.resume_dir)).run()
     except RunDirError as exc:
         raise ConfigError(str(exc).replace("pass --resume", f"pass --resume {cfg.run_dir}")) from None
     kept = [r["selftrain/kept"] for r in s["rounds"]]

@@ -1,6 +1,6 @@
 """The parts of producing a scored group that need no Ray: task order, prompts, trajectories.
 
-The driver (`cluster/driver.py`) moves work between actors; everything it decides about *content*
+The producer (`cluster/producer.py`) moves work between actors; everything it decides about *content*
 is here, so it is tested without a cluster: which task comes next, which archived kernels a prompt
 shows, how a completion becomes a trajectory (parsed, or rejected with a reason code), and the
 running tallies the progress bar and the summary print.

@@ -33,7 +33,8 @@ from tiny_model import save_memorizing_llama  # noqa: E402
 
 from rl_kernels.actors.compiler import COMPILER_FAILED  # noqa: E402
 from rl_kernels.actors.timer import TIMER_FAILED  # noqa: E402
-from rl_kernels.cluster.driver import SUMMARY, RolloutDriver  # noqa: E402
+from rl_kernels.cluster.driver import Driver  # noqa: E402
+from rl_kernels.cluster.search import SUMMARY, SearchStage  # noqa: E402
 from rl_kernels.cluster.graph import kill_graph  # noqa: E402
 from rl_kernels.archive import KernelArchive, passed_every_gate, source_sha256  # noqa: E402
 from rl_kernels.config import Config, load_config  # noqa: E402
@@ -140,7 +141,7 @@ def test_memorizing_policy_answers_any_prompt(model_dir: Path) -> None:
 def test_rollout_scores_and_archives_every_group(ray_cluster: Any, model_dir: Path, cache_dir: Path,
                                                  tmp_path: Path) -> None:
     run = tmp_path / "run"
-    summary = RolloutDriver(_config(run, model_dir, cache_dir), progress=False).run()
+    summary = Driver(SearchStage, _config(run, model_dir, cache_dir), progress=False).run()
     groups = _check_run(run, summary, groups=3, group_size=3)
 
     trajs = [t for g in groups for t in g.trajectories]
@@ -192,7 +193,7 @@ def test_rollout_survives_killed_compiler_and_timer(ray_cluster: Any, model_dir:
     # Plain prompts: no seed to measure first, so the first builds are the groups' own. Every
     # completion measured on its own (no dedupe): a group's identical kernels keep both compile
     # actors busy at once.
-    driver = RolloutDriver(_config(run, model_dir, cache_dir, "rollout.max_groups=3", "cluster.num_compilers=2",
+    driver = Driver(SearchStage, _config(run, model_dir, cache_dir, "rollout.max_groups=3", "cluster.num_compilers=2",
                                    "prompts.mode=plain", "cluster.restart_timeout_s=120",
                                    "rollout.dedupe_group_sources=false"), progress=False)
     result: dict[str, Any] = {}
@@ -250,7 +251,7 @@ def test_rollout_backpressure_holds_the_producer(ray_cluster: Any, model_dir: Pa
     run = tmp_path / "run"
     cfg = _config(run, model_dir, cache_dir, "rollout.max_staleness=0", "rollout.batch_groups=1",
                   "policy.group_size=2", "rollout.max_groups=3", "prompts.mode=plain")
-    summary = RolloutDriver(cfg, progress=False).run()
+    summary = Driver(SearchStage, cfg, progress=False).run()
     _check_run(run, summary, groups=3, group_size=2)
 
     buf = summary["buffer"]

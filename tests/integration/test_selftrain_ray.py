@@ -14,8 +14,8 @@ pytest.importorskip("ray")
 from test_rollout_ray import ANSWER, MAX_NEW_TOKENS, TASK  # noqa: E402
 from tiny_model import save_memorizing_llama  # noqa: E402
 
-from rl_kernels.cluster.driver import RunDirError  # noqa: E402
-from rl_kernels.cluster.selftrain import SUMMARY, SelfTrainDriver, round_examples  # noqa: E402
+from rl_kernels.cluster.driver import Driver, RunDirError  # noqa: E402
+from rl_kernels.cluster.selftrain import SUMMARY, RoundsStage, round_examples  # noqa: E402
 from rl_kernels.learner.publish import published_versions  # noqa: E402
 from rl_kernels.config import load_config  # noqa: E402
 from rl_kernels.metrics import read_metrics  # noqa: E402
@@ -57,7 +57,7 @@ def test_two_rounds_sample_keep_train_publish_and_sample_the_new_version_then_a_
         "selftrain.rounds=2", "selftrain.groups_per_task=1", "learner.lr=1e-3", "learner.lora.rank=4",
         "metrics.interval_s=1", "metrics.wandb=false", f"eval.build.cache_dir={cache_dir}",
         "eval.sandbox.timeout_s=120", "eval.timing.warmup=1", f"eval.timing.cpu_cache_bytes={2**20}"])
-    summary = SelfTrainDriver(cfg, progress=False).run()
+    summary = Driver(RoundsStage, cfg, progress=False).run()
 
     groups = [g for _, g in read_groups(run)]
     assert [g.policy_version for g in groups] == [0, 1]            # round 2 sampled the published v1
@@ -71,7 +71,7 @@ def test_two_rounds_sample_keep_train_publish_and_sample_the_new_version_then_a_
     assert summary["archive"] and summary["archive"][0]["task_id"] == TASK     # verified kernels archived
 
     # --resume with one more round: continues the committed rounds' trainer and version, loses nothing.
-    resumed = SelfTrainDriver(cfg.model_copy(update={"selftrain": cfg.selftrain.model_copy(update={"rounds": 3})}),
+    resumed = Driver(RoundsStage, cfg.model_copy(update={"selftrain": cfg.selftrain.model_copy(update={"rounds": 3})}),
                               resume=True, progress=False)
     again = resumed.run()
     assert [r["selftrain/round"] for r in again["rounds"]] == [1, 2, 3]
@@ -80,9 +80,9 @@ def test_two_rounds_sample_keep_train_publish_and_sample_the_new_version_then_a_
     assert resumed.trainer is not None and resumed.trainer.pe.optimizer_steps == 3   # 2 restored + 1
     assert published_versions(run) == [1, 2, 3]
     # Nothing left to do: a second resume with the same round count samples nothing.
-    done = SelfTrainDriver(cfg.model_copy(update={"selftrain": cfg.selftrain.model_copy(update={"rounds": 3})}),
+    done = Driver(RoundsStage, cfg.model_copy(update={"selftrain": cfg.selftrain.model_copy(update={"rounds": 3})}),
                            resume=True, progress=False).run()
     assert len(done["rounds"]) == 3 and len(list(read_groups(run))) == 3
     # Without --resume the run directory is refused, not overwritten.
     with pytest.raises(RunDirError, match="pass --resume"):
-        SelfTrainDriver(cfg, progress=False)
+        Driver(RoundsStage, cfg, progress=False)

@@ -25,7 +25,8 @@ pytest.importorskip("ray")
 from test_rollout_ray import ANSWER, MAX_NEW_TOKENS, TASK  # noqa: E402
 from tiny_model import save_memorizing_llama  # noqa: E402
 
-from rl_kernels.cluster.train import SUMMARY, TrainDriver  # noqa: E402
+from rl_kernels.cluster.driver import Driver  # noqa: E402
+from rl_kernels.cluster.train import SUMMARY, LearnStage  # noqa: E402
 from rl_kernels.learner.publish import adapter_dir, published_versions  # noqa: E402
 from rl_kernels.policy.delivery import read_probe  # noqa: E402
 from rl_kernels.buffer_restore import RESUMED, restore_buffer  # noqa: E402
@@ -64,7 +65,7 @@ def test_train_then_resume_after_a_lost_step(ray_cluster: Any, model_dir: Path, 
     # whether a build is a cache hit (the resumed run hits the first run's builds either way).
     run, cache = tmp_path / "run", cache_dir
     # One held-out check, of v3, through the same graph: builtin/gelu held out, two samples.
-    first = TrainDriver(_config(run, model_dir, cache, "split.heldout=[builtin/gelu]", "split.samples=2",
+    first = Driver(LearnStage, _config(run, model_dir, cache, "split.heldout=[builtin/gelu]", "split.samples=2",
                                 "split.eval_every_versions=3")).run()
 
     assert (first["steps"], first["version"]) == (3, 3)
@@ -98,7 +99,7 @@ def test_train_then_resume_after_a_lost_step(ray_cluster: Any, model_dir: Path, 
     # A crash after step 3, before its checkpoint: the newest checkpoint is step 2 (policy v2).
     shutil.rmtree(run / "checkpoints" / "step-3")
     lost = events[-1]["group_ids"]
-    second = TrainDriver(_config(run, model_dir, cache, "train.max_steps=5"), resume=True).run()
+    second = Driver(LearnStage, _config(run, model_dir, cache, "train.max_steps=5"), resume=True).run()
 
     assert second["resumed_from"]["step"] == 2 and second["resumed_from"]["version"] == 2
     assert second["resumed_from"]["requeued"] >= len(lost)
