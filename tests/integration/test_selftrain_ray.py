@@ -77,7 +77,7 @@ def test_two_rounds_sample_keep_train_publish_and_sample_the_new_version_then_a_
     assert [r["selftrain/round"] for r in again["rounds"]] == [1, 2, 3]
     assert again["rounds"][2]["selftrain/sampled_version"] == 2 and again["version"] == 3
     assert [g.policy_version for _, g in read_groups(run)] == [0, 1, 2]
-    assert resumed.trainer is not None and resumed.trainer.pe.optimizer_steps == 3   # 2 restored + 1
+    assert resumed.stage.trainer is not None and resumed.stage.trainer.pe.optimizer_steps == 3   # 2 restored + 1
     assert published_versions(run) == [1, 2, 3]
     # Nothing left to do: a second resume with the same round count samples nothing.
     done = Driver(RoundsStage, cfg.model_copy(update={"selftrain": cfg.selftrain.model_copy(update={"rounds": 3})}),
