@@ -111,16 +111,22 @@ class Stage(Protocol):
 
     async def start(self) -> None:
         """Before production: resume what the run directory holds."""
+
     def tasks(self) -> AsyncIterator[Task]:
         """The next task to sample a group of, until the stage is done."""
+
     def stopped(self) -> bool:
         """True once no new group should be started (checked while waiting for a slot)."""
+
     async def consume(self, stop: asyncio.Event) -> None:
         """Take accepted groups off the buffer until `stop` is set and nothing is left."""
+
     def on_group(self, group: Group | None) -> None:
         """A group finished (None: it failed)."""
+
     def metrics_step(self) -> int:
         """The x axis of this stage's metrics."""
+
     async def summary(self, base: dict[str, Any]) -> dict[str, Any]:
         """The run's summary: the pipeline's `base` and the stage's own figures."""
 

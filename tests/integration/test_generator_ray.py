@@ -183,7 +183,8 @@ async def _wait_in_flight(generator: Any) -> int:
 def test_generator_options() -> None:
     cpu = PolicyConfig()
     assert generator_options(ClusterConfig(generator_max_restarts=2), cpu) == {
-        "num_gpus": 0.0, "num_cpus": 1, "max_restarts": 2, "max_task_retries": 0}
+        "num_gpus": 0.0, "num_cpus": 1, "max_restarts": 2, "max_task_retries": 0, "max_concurrency": 1}
+    assert generator_options(ClusterConfig(generator_slots=8), cpu)["max_concurrency"] == 8   # vLLM batches them
     assert generator_options(ClusterConfig(generator_num_gpus=1), PolicyConfig(device="cuda"))["num_gpus"] == 1
     with pytest.raises(ValueError, match="generator_num_gpus"):
         generator_options(ClusterConfig(), PolicyConfig(device="cuda"))
