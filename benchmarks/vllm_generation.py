@@ -2,6 +2,7 @@
 mismatch. Prints a table; with --out writes the figures as JSON.
 
     python benchmarks/vllm_generation.py --out vllm.json [--model SmolLM2-135M-Instruct] [--groups 16]
+        [--hf-groups 0] [--engine-dtype float32]
 
 Same prompts for both (the built-in cuda tasks' plain prompts), groups of 8 completions, 640 new
 tokens at most, temperature 1, with a LoRA adapter (r16 on every linear layer, as the learner's
@@ -80,6 +81,25 @@ def mismatch(learner: PeftScorer, completions: list[Completion], temperature: fl
             "tokens": len(diffs)}
 
 
+def effect_shares(policy: Any, learner: PeftScorer, completions: list[Completion]) -> dict[str, float]:
+    """The delivery check's share (rl_kernels/policy/delivery.py) on sampled tokens instead of the
+    probe, with the engine's adapter logprobs taken two ways: from generation (the behaviour
+    logprobs; temperature 1, nothing truncated, so they are the raw ones) and from scoring the same
+    tokens as a prompt; the engine's base logprobs come from scoring (no adapter involved)."""
+    sums = {"generation_path": [0.0, 0.0], "prompt_path": [0.0, 0.0]}
+    tokens = 0
+    for c in completions:
+        ids, start = c.prompt_token_ids + c.token_ids, len(c.prompt_token_ids) - 1
+        learner_effect = [a - b for a, b in zip(learner.logprobs(ids)[start:], learner.logprobs(ids, adapter=False)[start:])]
+        base = policy.score(ids, 0)[start:]
+        for path, served in (("generation_path", c.logprobs), ("prompt_path", policy.score(ids, 1)[start:])):
+            effect = [s - b for s, b in zip(served, base)]
+            sums[path][0] += sum(e * x for e, x in zip(effect, learner_effect))
+            sums[path][1] += sum(x * x for x in learner_effect)
+        tokens += len(learner_effect)
+    return {path: num / den for path, (num, den) in sums.items()} | {"tokens": tokens}
+
+
 def hf_rate(model_dir: Path, adapter: Path, prompts: list[Any], params: SamplingParams, groups: int) -> dict[str, float]:
     """The hf backend's tokens/s on `groups` groups, one batch of 8 each, adapter v1 active."""
     from rl_kernels.policy.hf import HFPolicy
@@ -101,6 +121,8 @@ def main() -> None:
     ap.add_argument("--lora-std", type=float, default=0.01, help="std of the adapter's B matrices")
     ap.add_argument("--eager", action="store_true", help="vLLM without CUDA graphs / torch.compile")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.4)
+    ap.add_argument("--engine-dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                    help="vLLM's weights and activations (float32 tells numerics from a different adapter)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
@@ -126,12 +148,14 @@ def main() -> None:
     res: dict[str, Any] = {"model": str(model_dir), "gpu": torch.cuda.get_device_name(), "max_new_tokens": args.max_new_tokens,
                            "prompts": len(prompts), "lora_std": args.lora_std, "eager": args.eager}
 
-    res["hf"] = hf_rate(model_dir, adapters[0], prompts, params, args.hf_groups)
-    print(f"hf: {res['hf']['tokens_per_s']:.0f} tokens/s ({res['hf']['tokens']} tokens in {res['hf']['wall_s']:.1f} s)", flush=True)
-    torch.cuda.empty_cache()
+    if args.hf_groups:
+        res["hf"] = hf_rate(model_dir, adapters[0], prompts, params, args.hf_groups)
+        print(f"hf: {res['hf']['tokens_per_s']:.0f} tokens/s ({res['hf']['tokens']} tokens in {res['hf']['wall_s']:.1f} s)",
+              flush=True)
+        torch.cuda.empty_cache()
 
     # ---- vLLM --------------------------------------------------------------------------------------
-    cfg = PolicyConfig(backend="vllm", device="cuda", model=str(model_dir),
+    cfg = PolicyConfig(backend="vllm", device="cuda", model=str(model_dir), dtype=args.engine_dtype,
                        vllm=VLLMSettings(gpu_memory_utilization=args.gpu_memory_utilization, enforce_eager=args.eager,
                                          max_model_len=2048, attention_backend="FLASH_ATTN"))
     t0 = time.monotonic()
@@ -151,8 +175,9 @@ def main() -> None:
     res["vllm_one_group"] = {"tokens_per_s": one[0], "tokens": one[1], "wall_s": one[2]}
     many = tokens_per_s(lambda: concurrent(policy, prompts, params, 1, args.groups))
     res["vllm_concurrent"] = {"groups": args.groups, "tokens_per_s": many[0], "tokens": many[1], "wall_s": many[2]}
-    res["speedup_one_group"] = one[0] / res["hf"]["tokens_per_s"]
-    res["speedup_concurrent"] = many[0] / res["hf"]["tokens_per_s"]
+    hf_rate_s = res["hf"]["tokens_per_s"] if "hf" in res else float("nan")
+    res["speedup_one_group"] = one[0] / hf_rate_s
+    res["speedup_concurrent"] = many[0] / hf_rate_s
     print(f"vllm: one group {one[0]:.0f} tokens/s, {args.groups} groups {many[0]:.0f} tokens/s", flush=True)
 
     # ---- delivery and mismatch ---------------------------------------------------------------------
@@ -165,12 +190,15 @@ def main() -> None:
                                                      base, 0.5, 0.0))
     sample = policy.generate(prompts[:2], SamplingParams(max_new_tokens=256, temperature=1.0, n=4, seed=3), 1)
     res["mismatch"] = {name: mismatch(learner, [c for g in sample for c in g], 1.0) for name, learner in learners.items()}
+    res["effect_share_on_samples"] = {name: effect_shares(policy, learner, [c for g in sample for c in g])
+                                      for name, learner in learners.items()}
     stops = [c for g in sample for c in g if c.finish_reason == "stop"]
     res["stop_token_kept"] = all(c.token_ids[-1] in policy._stop_ids for c in stops)
     res["finished_by_stop"] = len(stops)
     policy.close()
 
-    rows = [("hf tokens/s (1 group of 8)", f"{res['hf']['tokens_per_s']:.0f}"),
+    shares = res["effect_share_on_samples"]
+    rows = [("hf tokens/s (1 group of 8)", f"{hf_rate_s:.0f}"),
             ("vLLM tokens/s, 1 group of 8", f"{one[0]:.0f} ({res['speedup_one_group']:.1f}x hf)"),
             (f"vLLM tokens/s, {args.groups} groups of 8 at once", f"{many[0]:.0f} ({res['speedup_concurrent']:.1f}x hf)"),
             ("vLLM engine start", f"{res['vllm_engine_start_s']:.1f} s"),
@@ -179,6 +207,9 @@ def main() -> None:
                                                       f"{res['delivery']['fp32']['share']:.3f} "
                                                       f"(effect {res['delivery']['bf16']['shift']:.4f} nats/token)"),
             ("delivery share of a zeroed adapter", f"{res['delivery']['zeroed_adapter']['share']:.3f}"),
+            ("share on sampled tokens, generation / prompt path, bf16 learner",
+             f"{shares['bf16']['generation_path']:.3f} / {shares['bf16']['prompt_path']:.3f} ({shares['bf16']['tokens']} tokens)"),
+            ("the same, fp32 learner", f"{shares['fp32']['generation_path']:.3f} / {shares['fp32']['prompt_path']:.3f}"),
             ("mismatch |dlogp| bf16 / fp32 learner", f"{res['mismatch']['bf16']['mean_abs_logprob_diff']:.4f} / "
                                                      f"{res['mismatch']['fp32']['mean_abs_logprob_diff']:.4f}"),
             ("mismatch KL (k3) bf16 / fp32", f"{res['mismatch']['bf16']['kl_k3_per_token']:.5f} / {res['mismatch']['fp32']['kl_k3_per_token']:.5f}")]
