@@ -35,7 +35,7 @@ import torch  # noqa: E402
 from rl_kernels.config import PolicyConfig, VLLMSettings  # noqa: E402
 from rl_kernels.heldout import heldout_prompt  # noqa: E402
 from rl_kernels.policy.base import Completion, SamplingParams  # noqa: E402
-from rl_kernels.policy.delivery import compare, probe_token_ids  # noqa: E402
+from rl_kernels.policy.delivery import Probe, compare, probe_token_ids  # noqa: E402
 from rl_kernels.policy.models import resolve_model  # noqa: E402
 from rl_kernels.tasks.suites import load_suite  # noqa: E402
 from tiny_model import PeftScorer, save_learner_like_lora  # noqa: E402
@@ -86,18 +86,21 @@ def effect_shares(policy: Any, learner: PeftScorer, completions: list[Completion
     probe, with the engine's adapter logprobs taken two ways: from generation (the behaviour
     logprobs; temperature 1, nothing truncated, so they are the raw ones) and from scoring the same
     tokens as a prompt; the engine's base logprobs come from scoring (no adapter involved)."""
-    sums = {"generation_path": [0.0, 0.0], "prompt_path": [0.0, 0.0]}
-    tokens = 0
+    learner_effect: list[float] = []
+    served: dict[str, list[float]] = {"generation_path": [], "prompt_path": []}
     for c in completions:
         ids, start = c.prompt_token_ids + c.token_ids, len(c.prompt_token_ids) - 1
-        learner_effect = [a - b for a, b in zip(learner.logprobs(ids)[start:], learner.logprobs(ids, adapter=False)[start:])]
+        learner_effect += [a - b for a, b in zip(learner.logprobs(ids)[start:], learner.logprobs(ids, adapter=False)[start:])]
         base = policy.score(ids, 0)[start:]
-        for path, served in (("generation_path", c.logprobs), ("prompt_path", policy.score(ids, 1)[start:])):
-            effect = [s - b for s, b in zip(served, base)]
-            sums[path][0] += sum(e * x for e, x in zip(effect, learner_effect))
-            sums[path][1] += sum(x * x for x in learner_effect)
-        tokens += len(learner_effect)
-    return {path: num / den for path, (num, den) in sums.items()} | {"tokens": tokens}
+        for path, logprobs in (("generation_path", c.logprobs), ("prompt_path", policy.score(ids, 1)[start:])):
+            served[path] += [s - b for s, b in zip(logprobs, base)]
+    probe = Probe([0] * (len(learner_effect) + 1), learner_effect, [0.0] * len(learner_effect))
+    out: dict[str, Any] = {"tokens": len(learner_effect)}
+    for path, effect in served.items():
+        check = compare(1, probe, effect, [0.0] * len(effect), 0.5, 0.0)
+        out[path] = check.share
+        out[path + "_correlation"] = check.correlation
+    return out
 
 
 def hf_rate(model_dir: Path, adapter: Path, prompts: list[Any], params: SamplingParams, groups: int) -> dict[str, float]:
@@ -207,9 +210,13 @@ def main() -> None:
                                                       f"{res['delivery']['fp32']['share']:.3f} "
                                                       f"(effect {res['delivery']['bf16']['shift']:.4f} nats/token)"),
             ("delivery share of a zeroed adapter", f"{res['delivery']['zeroed_adapter']['share']:.3f}"),
+            ("delivery correlation vs bf16 / fp32 learner", f"{res['delivery']['bf16']['correlation']:.3f} / "
+                                                            f"{res['delivery']['fp32']['correlation']:.3f}"),
             ("share on sampled tokens, generation / prompt path, bf16 learner",
              f"{shares['bf16']['generation_path']:.3f} / {shares['bf16']['prompt_path']:.3f} ({shares['bf16']['tokens']} tokens)"),
             ("the same, fp32 learner", f"{shares['fp32']['generation_path']:.3f} / {shares['fp32']['prompt_path']:.3f}"),
+            ("their correlations, fp32 learner", f"{shares['fp32']['generation_path_correlation']:.3f} / "
+                                                 f"{shares['fp32']['prompt_path_correlation']:.3f}"),
             ("mismatch |dlogp| bf16 / fp32 learner", f"{res['mismatch']['bf16']['mean_abs_logprob_diff']:.4f} / "
                                                      f"{res['mismatch']['fp32']['mean_abs_logprob_diff']:.4f}"),
             ("mismatch KL (k3) bf16 / fp32", f"{res['mismatch']['bf16']['kl_k3_per_token']:.5f} / {res['mismatch']['fp32']['kl_k3_per_token']:.5f}")]

@@ -16,10 +16,11 @@ A generator serving the base under the version's name has share 0, one applying 
 0.5, the learner's adapter 1. Per-token numerics (a bf16 engine and a learner differ by ~0.04
 nats/token on SmolLM2, as much as a fresh adapter moves the probe) are not correlated with the
 adapter's effect, so they average out of `share` instead of adding up as they would in a mean
-absolute difference. An adapter whose effect is below `policy.delivery_min_shift` cannot be told
-from the base (the first step from a zero-initialised LoRA B): it is served and counted as
-inconclusive. An adapter without a probe (made outside the learner) is served and counted as
-unchecked.
+absolute difference; numerics on the learner's side (a bf16 learner) do bias it toward 0, so the
+correlation of the two effects is reported beside it. An adapter whose effect is below
+`policy.delivery_min_shift` cannot be told from the base (the first step from a zero-initialised
+LoRA B): it is served and counted as inconclusive. An adapter without a probe (made outside the
+learner) is served and counted as unchecked.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class DeliveryCheck:
 
     version: int
     share: float      # the part of the learner's effect the generator reproduces (1: all of it)
+    correlation: float  # of the two effects over the probe's tokens: 1 same direction, ~0 unrelated
     shift: float      # mean |learner's effect|, nats per token
     tolerance: float  # the largest |share - 1| that counts as delivered
     min_shift: float  # below it the check cannot tell the adapter from the base
@@ -124,7 +126,17 @@ def compare(version: int, probe: Probe, served: list[float], served_base: list[f
     generator = [s - b for s, b in zip(served, served_base)]                        # [n]
     energy = sum(x * x for x in learner)
     share = sum(g * x for g, x in zip(generator, learner)) / energy if energy > 0 else float("nan")
-    return DeliveryCheck(version, share, probe.shift, tolerance, min_shift)
+    return DeliveryCheck(version, share, _correlation(generator, learner), probe.shift, tolerance, min_shift)
+
+
+def _correlation(a: list[float], b: list[float]) -> float:
+    """Pearson's r; nan when either side is constant (an engine serving the base has no effect)."""
+    n = len(a)
+    ma, mb = sum(a) / n, sum(b) / n
+    va, vb = sum((x - ma) ** 2 for x in a), sum((y - mb) ** 2 for y in b)
+    if va <= 0 or vb <= 0:
+        return float("nan")
+    return sum((x - ma) * (y - mb) for x, y in zip(a, b)) / (va * vb) ** 0.5
 
 
 class DeliveryCheckedPolicy:
@@ -167,10 +179,11 @@ class DeliveryCheckedPolicy:
         return self.backend.generate(prompts, params, adapter_version)
 
     def stats(self) -> dict[str, float]:
-        """Counts, the last conclusive check's share and the share farthest from 1 so far."""
-        shares = [c.share for c in self.checks if c.conclusive]
-        return {**self.counts, "adapter_share_last": shares[-1] if shares else float("nan"),
-                "adapter_share_worst": max(shares, key=lambda x: abs(x - 1.0), default=float("nan"))}
+        """Counts, the last conclusive check's share and correlation, the share farthest from 1 so far."""
+        conclusive = [c for c in self.checks if c.conclusive]
+        return {**self.counts, "adapter_share_last": conclusive[-1].share if conclusive else float("nan"),
+                "adapter_share_worst": max((c.share for c in conclusive), key=lambda x: abs(x - 1.0), default=float("nan")),
+                "adapter_correlation_last": conclusive[-1].correlation if conclusive else float("nan")}
 
     def _check(self, version: int, path: Path) -> None:
         probe = read_probe(path)
@@ -192,6 +205,6 @@ class DeliveryCheckedPolicy:
                 self._pending[version] = path   # still unchecked: a retry checks again
             raise AdapterDeliveryError(
                 f"{adapter_name(version)} from {path} is not what the learner published: on the probe the generator "
-                f"reproduces {check.share:.2f} of the learner's adapter effect ({check.shift:.4f} nats/token; "
-                f"delivered means 1 +- {check.tolerance})"
+                f"reproduces {check.share:.2f} of the learner's adapter effect ({check.shift:.4f} nats/token, "
+                f"correlation {check.correlation:.2f}; delivered means 1 +- {check.tolerance})"
                 + (" -- the generator serves the base model?" if abs(check.share) < check.tolerance else ""))

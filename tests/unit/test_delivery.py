@@ -53,6 +53,7 @@ def test_the_learner_publishes_a_probe_and_its_adapter_passes(published: tuple[P
     (check,) = policy.checks
     assert check.shift > 1e-3 and check.conclusive        # the adapter moved the probe's logprobs
     assert check.delivered and check.share == pytest.approx(1.0, abs=1e-4)   # same weights, same fp32 maths
+    assert check.correlation == pytest.approx(1.0, abs=1e-4)
     assert policy.stats()["adapter_checks"] == 1
     policy.generate(PROMPTS[:1], PARAMS, 1)                # checked once per load, not per call
     assert policy.stats()["adapter_checks"] == 1
@@ -86,6 +87,7 @@ def test_a_wrong_scaling_is_a_partial_delivery(published: tuple[Path, Path], tmp
     with pytest.raises(AdapterDeliveryError, match=r"reproduces 0\.\d\d of the learner's adapter effect"):
         policy.generate(PROMPTS[:1], PARAMS, 3)
     assert 0.1 < policy.stats()["adapter_share_worst"] < 0.75
+    assert policy.checks[-1].correlation > 0.5   # the right direction, the wrong size: the share tells them apart
 
 
 def test_an_adapter_without_a_probe_is_served_and_counted_unchecked(published: tuple[Path, Path],
