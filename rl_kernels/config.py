@@ -740,6 +740,10 @@ class Config(_Strict):
         on_gpu = self.policy.device.startswith("cuda")
         if self.policy.backend == "vllm" and not on_gpu:
             raise ValueError("policy.backend vllm needs a GPU: set policy.device=cuda")
+        if self.policy.backend == "hf" and self.cluster.generator_slots > 1 and self.cluster.simulate is None:
+            raise ValueError(f"cluster.generator_slots {self.cluster.generator_slots} with policy.backend hf: "
+                             "transformers samples one batch at a time, so extra slots would only queue inside "
+                             "the generator, out of the pipeline's queue metrics; use 1 (or policy.backend=vllm)")
         if self.policy.backend == "vllm":
             vllm = self.policy.vllm
             if self.learner.lora.rank > vllm.max_lora_rank:

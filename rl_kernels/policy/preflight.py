@@ -18,9 +18,6 @@ def check_policy(cfg: Config) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if cfg.policy.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ConfigError("policy.backend=vllm but vLLM is not installed: pip install 'rl-kernels[vllm]' "
-                          "(vLLM >= 0.26), or use policy.backend=hf")
     try:
         model_dir = resolve_model(cfg.policy.model)
     except FileNotFoundError as exc:
@@ -40,6 +37,18 @@ def check_policy(cfg: Config) -> None:
     if missing:
         raise ConfigError(f"learner.lora.target_modules {missing} match no module of {model_dir} "
                           f"(its linear layers include {sorted(_linear_names(model))})")
+    outer = [m for m in cfg.learner.lora.target_modules if m in _OUTER_MODULES]
+    if cfg.policy.backend == "vllm" and outer:
+        raise ConfigError(f"learner.lora.target_modules {outer} with policy.backend=vllm: vLLM serves embedding and "
+                          "lm_head adapters only with extra engine settings, and its prompt logprobs (the delivery "
+                          "check's) drop an lm_head delta (vllm-project/vllm#51594); target the decoder's linear layers")
+    if cfg.policy.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("policy.backend=vllm but vLLM is not installed: pip install 'rl-kernels[vllm]' "
+                          "(vLLM >= 0.26), or use policy.backend=hf")
+
+
+_OUTER_MODULES = {"lm_head", "embed_tokens", "wte", "embed_in", "embed_out"}
+"""Module names of the input embedding and the output head in common causal LMs."""
 
 
 def _linear_names(model: object) -> set[str]:

@@ -62,3 +62,17 @@ def test_vllm_settings_that_cannot_serve_the_learner_are_config_errors() -> None
         Config(policy={**on_gpu["policy"], "vllm": {"tensor_parallel_size": 2}}, cluster={"generator_num_gpus": 1})
     with pytest.raises(ValueError, match="needs a GPU"):
         Config(policy={"backend": "vllm"})
+
+
+def test_embedding_and_head_adapters_are_refused_for_vllm(model_dir: Path) -> None:
+    targets = {"learner": {"lora": {"target_modules": ["q_proj", "lm_head"]}}}
+    check_policy(_cfg(model_dir, **targets))   # hf serves an lm_head adapter through PEFT
+    cfg = _cfg(model_dir, policy={"model": str(model_dir), "backend": "vllm", "device": "cuda"},
+               cluster={"generator_num_gpus": 1}, **targets)
+    with pytest.raises(ConfigError, match=r"\['lm_head'\] with policy.backend=vllm"):
+        check_policy(cfg)
+
+
+def test_extra_generator_slots_are_refused_for_hf() -> None:
+    with pytest.raises(ValueError, match="generator_slots 4 with policy.backend hf"):
+        Config(cluster={"generator_slots": 4})
