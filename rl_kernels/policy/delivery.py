@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -144,12 +143,11 @@ class DeliveryCheckedPolicy:
 
     Wraps any backend: `load_adapter` remembers where the version came from, the first `generate` on
     it scores the probe and raises AdapterDeliveryError (with the version and the share) when the
-    share is out of tolerance. A version reloaded from a new path (a restarted generator, a re-published
-    version after a resume) is checked again."""
+    share is out of tolerance. A version loaded again (announced again after a resume, re-published
+    under its number, reloaded by a restarted generator) is checked again."""
 
-    def __init__(self, backend: PolicyBackend, tolerance: float, min_shift: float,
-                 report: Callable[[DeliveryCheck], None] | None = None) -> None:
-        self.backend, self.tolerance, self.min_shift, self.report = backend, tolerance, min_shift, report
+    def __init__(self, backend: PolicyBackend, tolerance: float, min_shift: float) -> None:
+        self.backend, self.tolerance, self.min_shift = backend, tolerance, min_shift
         self._lock = threading.Lock()       # the books below
         self._checking = threading.Lock()   # one check at a time
         self._pending: dict[int, Path] = {}     # loaded, not yet checked
@@ -197,8 +195,6 @@ class DeliveryCheckedPolicy:
         self.counts["adapter_checks"] += 1
         if not check.conclusive:
             self.counts["adapter_inconclusive"] += 1
-        if self.report is not None:
-            self.report(check)
         if not check.delivered:
             self.counts["adapter_check_failures"] += 1
             with self._lock:

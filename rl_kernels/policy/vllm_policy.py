@@ -3,8 +3,9 @@
 vLLM itself is behind `Engine` (rl_kernels/policy/vllm_engine.py wraps the real one), so what
 this module decides is tested without a GPU:
 
-- One request per sampled row (prompt x n): row k of a seeded call gets seed + k, so a group is
-  reproducible and its rows differ; the engine's prefix cache shares the prompt between them.
+- One request per sampled row (prompt x n): row k of a seeded call gets seed + k, so its rows differ
+  and a repeated call repeats their random draws (its tokens only up to bf16 numerics, which
+  prefix-cache hits and batch composition change); the engine's prefix cache shares the prompt.
 - One engine loop thread owns the engine: every `step()` runs there, and `generate`, `score` and
   adapter changes from other threads are queued to it and applied between steps. So an adapter loads
   while a generation runs (the engine batches requests of different versions together), and with a
