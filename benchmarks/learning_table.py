@@ -1,0 +1,96 @@
+"""A stage-3 run's kernels per policy version, and per task and third of the run: the tables of
+docs/LEARNING.md, read from the run directory alone.
+
+    python benchmarks/learning_table.py RUN_DIR [--out table.md]
+
+Per group (in policy-version order): each completion's program (its extension name's suffix after
+the task, "seed" without one) with its speedup when correct, else why not; correct count; mean
+reward. Per task and third of the versions: correct kernels, mean ln(speedup), geomean speedup, and
+the share of correct programs that keep an OpenMP `parallel` pragma.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rl_kernels.trajectories import Group, Trajectory, read_groups  # noqa: E402
+
+_NAME = re.compile(r"name\s*=\s*[\"']([A-Za-z0-9_]+)[\"']")
+
+
+def program(task_id: str, source: str | None) -> str:
+    """The program's name from its extension name: the suffix after `rlk_<task>_<backend>`."""
+    if not source:
+        return "-"
+    names = _NAME.findall(source)
+    if not names:
+        return "unnamed"
+    stem = "rlk_" + task_id.replace("/", "_")
+    rest = names[0][len(stem):] if names[0].startswith(stem) else names[0]
+    rest = re.sub(r"^_(cpu|cuda)", "", rest).lstrip("_")
+    return rest or "seed"
+
+
+def outcome(t: Trajectory) -> str:
+    m = t.measurement
+    if m is not None and m.correct and m.speedup is not None:
+        return f"{m.speedup:.2f}x"
+    if m is not None and m.rejected:
+        return m.rejected
+    return (t.detail or "no code").split(":")[0].split()[0]
+
+
+def group_row(g: Group) -> str:
+    cells = ", ".join(f"{program(g.task_id, t.source)} {outcome(t)}" for t in g.trajectories)
+    correct = sum(bool(t.measurement and t.measurement.correct) for t in g.trajectories)
+    reward = statistics.fmean(t.reward for t in g.trajectories)
+    return f"| v{g.policy_version} | {g.task_id.split('/')[-1]} | {cells} | {correct}/{len(g.trajectories)} | {reward:.3f} |"
+
+
+def thirds(groups: list[Group]) -> list[str]:
+    last = max(g.policy_version for g in groups)
+    bounds = [(0, last // 3), (last // 3 + 1, 2 * last // 3), (2 * last // 3 + 1, last)]
+    rows = []
+    for task in sorted({g.task_id for g in groups}):
+        for lo, hi in bounds:
+            kernels = [t for g in groups if g.task_id == task and lo <= g.policy_version <= hi
+                       for t in g.trajectories if t.measurement and t.measurement.correct and t.measurement.speedup]
+            if not kernels:
+                rows.append(f"| {task.split('/')[-1]} | v{lo}-v{hi} | 0 | - | - | - |")
+                continue
+            logs = [math.log(t.measurement.speedup) for t in kernels]   # type: ignore[union-attr]
+            omp = sum("#pragma omp parallel" in (t.source or "") for t in kernels) / len(kernels)
+            rows.append(f"| {task.split('/')[-1]} | v{lo}-v{hi} | {len(kernels)} | {statistics.fmean(logs):+.3f} | "
+                        f"{math.exp(statistics.fmean(logs)):.2f}x | {omp:.0%} |")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    groups: list[Group] = sorted((g for _, g in read_groups(args.run_dir)), key=lambda g: (g.policy_version, g.group_id))
+    if not groups:
+        raise SystemExit(f"{args.run_dir}: no groups in trajectories.jsonl")
+    lines: list[Any] = ["| version | task | programs (speedup over the baseline when correct; else why not) | correct | mean reward |",
+                        "|---|---|---|---|---|", *map(group_row, groups), "",
+                        "| task | versions | correct kernels | mean ln(speedup) | geomean speedup | omp share |",
+                        "|---|---|---|---|---|---|", *thirds(groups)]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
