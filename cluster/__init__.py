@@ -1,1 +1,1 @@
-"""Driver that builds the actor graph from config, placement and job-submission recipes: issues 3-4."""
+"""The run on Ray: the driver (driver.py), the actor graph and its placement (graph.py), the group producer, the policy versions and the stages (search, train, selftrain)."""
