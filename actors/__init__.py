@@ -1,1 +1,1 @@
-"""Thin Ray actors wrapping rl_kernels (generator, compile pool, timer, replay buffer): issue 3."""
+"""Thin Ray actors wrapping rl_kernels: generator, compile worker, timer, replay buffer, learner."""

@@ -1,1 +1,1 @@
-"""GRPO loss, LoRA trainer (PEFT + DeepSpeed), learner actor and checkpoints: issue 4."""
+"""The learner: GRPO loss, the policy engine (LoRA via PEFT + DeepSpeed) shared with the warm start, adapter publishing and checkpoints."""
