@@ -1,4 +1,4 @@
-"""One `rl-kernels train` run, then the learning and throughput figures of issue 4 as a table.
+"""One `rl-kernels train` run, then its learning and throughput figures as a table.
 
     python benchmarks/train_run.py --out DIR --config CONFIG [--resume] [overrides...]
 

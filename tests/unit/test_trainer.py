@@ -1,7 +1,7 @@
 """The GRPO trainer on a real DeepSpeed engine (CPU accelerator, world of one) with a tiny Llama and
 PEFT LoRA, and the adapter files it publishes.
 
-The headline test is the toy task of issue 4: a verifiable reward that needs no compiler (the
+The headline test is a toy task with a verifiable reward that needs no compiler (the
 fraction of sampled words that are "kernel"). Sampling (HFPolicy), the loss, the engine step,
 publishing the adapter and loading it back into the sampler all take part, and the mean reward
 must climb from near 0 to well above 0.5 in a bounded number of steps.
