@@ -5,9 +5,11 @@ max_staleness + 2 versions) are the policy backend's (`rl_kernels.policy`), test
 What this actor adds is a process that holds the model, and the accounting of its work:
 
 - `generate` runs in the default group, `cluster.generator_slots` calls at once (hf samples one
-  batch at a time and serialises them; vLLM batches them into the same engine steps). `load_adapter` has its own group, so an announced version loads while a generation
-  runs (HFPolicy injects it inactive and never evicts the version in use), without waiting for
-  the generation in flight or the queued ones.
+  batch at a time and serialises them; vLLM batches them into the same engine steps); busy time
+  counts the time with at least one call running. `load_adapter` has its own group, so an
+  announced version loads while a generation runs (HFPolicy injects it inactive and never evicts
+  the version in use, vLLM loads it between engine steps), without waiting for the generations in
+  flight or the queued ones.
 - `ready`, `loaded_versions` and `stats` run in a "control" group and never take the backend's
   lock: they answer from a snapshot of the loaded versions (only `load_adapter` changes that
   set), so a liveness ping does not wait for a generation.
@@ -22,7 +24,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +78,12 @@ class GeneratorActor:
 
             self.policy = make_policy(cfg, max_loaded_adapters=max_loaded_adapters, host=host)
         self._loaded = self.policy.loaded_versions()
-        self._in_flight: int | None = None  # adapter version being sampled now (read by `stats`)
+        self._books = threading.Lock()             # generate calls run in several threads
+        self._in_flight: Counter[int] = Counter()  # adapter version -> calls sampling it now
         self._counts = {"generate_calls": 0, "prompts": 0, "completions": 0, "generated_tokens": 0,
                         "adapter_loads": 0}
-        self._busy_s = 0.0
+        self._busy_s = 0.0                         # finished stretches with a call running
+        self._busy_since = 0.0                     # start of the running stretch
         self._started = time.monotonic()
 
     @ray.method(concurrency_group="control")
@@ -88,8 +94,10 @@ class GeneratorActor:
     def generate(self, prompts: list[Messages], params: SamplingParams,
                  adapter_version: int) -> list[list[Completion]]:
         """`params.n` completions per prompt, each stamped with `adapter_version`."""
-        t0 = time.monotonic()
-        self._in_flight = adapter_version
+        with self._books:
+            if not self._in_flight:
+                self._busy_since = time.monotonic()
+            self._in_flight[adapter_version] += 1
         try:
             groups = self.policy.generate(prompts, params, adapter_version)
         except KeyError:  # the backend's "not loaded"; anything else (a failed delivery check, a bug)
@@ -99,12 +107,17 @@ class GeneratorActor:
                 raise
             raise AdapterNotLoadedError(adapter_version, loaded) from None
         finally:
-            self._in_flight = None
-            self._busy_s += time.monotonic() - t0
-        self._counts["generate_calls"] += 1
-        self._counts["prompts"] += len(prompts)
-        self._counts["completions"] += sum(len(g) for g in groups)
-        self._counts["generated_tokens"] += sum(len(c.token_ids) for g in groups for c in g)
+            with self._books:
+                self._in_flight[adapter_version] -= 1
+                if not self._in_flight[adapter_version]:
+                    del self._in_flight[adapter_version]
+                if not self._in_flight:
+                    self._busy_s += time.monotonic() - self._busy_since
+        with self._books:
+            self._counts["generate_calls"] += 1
+            self._counts["prompts"] += len(prompts)
+            self._counts["completions"] += sum(len(g) for g in groups)
+            self._counts["generated_tokens"] += sum(len(c.token_ids) for g in groups for c in g)
         return groups
 
     @ray.method(concurrency_group="adapters")
@@ -124,15 +137,20 @@ class GeneratorActor:
     @ray.method(concurrency_group="control")
     def stats(self) -> dict[str, Any]:
         """Counters since this process started (they reset when Ray restarts the actor; `pid` and
-        `restarted` tell a restarted generator from the original)."""
-        alive = time.monotonic() - self._started
-        busy = self._busy_s
+        `restarted` tell a restarted generator from the original); `in_flight` is the newest version
+        being sampled now, None when nothing is."""
+        now = time.monotonic()
+        alive = now - self._started
+        with self._books:
+            busy = self._busy_s + (now - self._busy_since if self._in_flight else 0.0)
+            newest = max(self._in_flight) if self._in_flight else None
+            counts = dict(self._counts)
         delivery = self.policy.stats() if isinstance(self.policy, DeliveryCheckedPolicy) else {}
-        return {**self._counts, **delivery, "pid": os.getpid(),
+        return {**counts, **delivery, "pid": os.getpid(),
                 "restarted": ray.get_runtime_context().was_current_actor_reconstructed,
-                "in_flight": self._in_flight, "loaded_versions": list(self._loaded), "busy_s": busy,
+                "in_flight": newest, "loaded_versions": list(self._loaded), "busy_s": busy,
                 "busy_fraction": busy / alive if alive > 0 else 0.0,
-                "tokens_per_s": self._counts["generated_tokens"] / busy if busy > 0 else 0.0}
+                "tokens_per_s": counts["generated_tokens"] / busy if busy > 0 else 0.0}
 
 
 def generator_options(cluster_cfg: ClusterConfig, policy_cfg: PolicyConfig) -> dict[str, Any]:
