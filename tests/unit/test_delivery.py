@@ -112,3 +112,17 @@ def test_an_effect_too_small_to_judge_is_served_and_counted(published: tuple[Pat
     policy.load_adapter(1, v1)
     policy.generate(PROMPTS[:1], PARAMS, 1)
     assert not policy.checks[0].conclusive and policy.stats()["adapter_inconclusive"] == 1
+
+
+def test_the_generators_checks_become_run_metrics() -> None:
+    from rl_kernels.cluster.driver import delivery_gauges
+
+    nan = float("nan")
+    stats = [{"adapter_checks": 3, "adapter_check_failures": 0, "adapter_inconclusive": 1, "adapter_unchecked": 0,
+              "adapter_share_worst": 0.8},
+             {"adapter_checks": 2, "adapter_check_failures": 1, "adapter_inconclusive": 0, "adapter_unchecked": 1,
+              "adapter_share_worst": 1.1},
+             {"generate_calls": 4, "adapter_share_worst": nan}]   # a simulated generator: no checks
+    assert delivery_gauges(stats) == {"policy/delivery/checks": 5.0, "policy/delivery/check_failures": 1.0,
+                                      "policy/delivery/inconclusive": 1.0, "policy/delivery/unchecked": 1.0,
+                                      "policy/delivery/share_worst": 0.8}
