@@ -24,7 +24,7 @@ import torch
 
 from rl_kernels.learner.batch import MicroBatch
 from rl_kernels.config import LearnerConfig
-from rl_kernels.policy.delivery import Probe, probe_token_ids, write_probe
+from rl_kernels.policy.delivery import Probe, next_token_logprobs, probe_token_ids, write_probe
 from rl_kernels.policy.factory import torch_dtype
 from rl_kernels.policy.models import load_causal_lm, resolve_model
 
@@ -194,8 +194,7 @@ def adapter_probe(pe: PolicyEngine, token_ids: list[int]) -> Probe:
 
 
 def _sequence_logprobs(pe: PolicyEngine, ids: torch.Tensor) -> list[float]:
-    logits = pe.engine(input_ids=ids, use_cache=False).logits[0, :-1].float()          # [L-1, V]
-    return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None])[:, 0].cpu().tolist()   # [L-1]
+    return next_token_logprobs(pe.engine(input_ids=ids, use_cache=False).logits[0], ids[0])   # [L-1]
 
 
 def save_trained(pe: PolicyEngine, directory: Path) -> None:

@@ -11,6 +11,7 @@ tests/conftest.py.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from rl_kernels.policy.delivery import Probe
+from rl_kernels.policy.delivery import Probe, next_token_logprobs
 
 WORDS = (
     "write a fast cuda kernel for matrix multiply use shared memory tiles and warps please"
@@ -129,12 +130,8 @@ class PeftScorer:
     def logprobs(self, ids: list[int], temperature: float = 1.0, adapter: bool = True) -> list[float]:
         """log p(ids[i] | ids[:i]) for i >= 1, with the adapter on or off."""
         x = torch.tensor([ids], device=self.device)
-        if adapter:
-            logits = self.model(input_ids=x).logits[0, :-1].float()
-        else:
-            with self.model.disable_adapter():
-                logits = self.model(input_ids=x).logits[0, :-1].float()
-        return torch.log_softmax(logits / temperature, -1).gather(-1, x[0, 1:, None])[:, 0].tolist()
+        with contextlib.nullcontext() if adapter else self.model.disable_adapter():
+            return next_token_logprobs(self.model(input_ids=x).logits[0], x[0], temperature)
 
     def probe(self, ids: list[int]) -> Probe:
         return Probe(list(ids), self.logprobs(ids), self.logprobs(ids, adapter=False))

@@ -97,6 +97,15 @@ def probe_token_ids(tokenizer: Any) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def next_token_logprobs(logits: Any, ids: Any, temperature: float = 1.0) -> list[float]:
+    """log p(ids[i] | ids[:i]) for i >= 1 from one sequence's logits [L, V] and its ids [L]: the one
+    convention the learner's probe and every generator's score share."""
+    import torch
+
+    logp = torch.log_softmax(logits[:-1].float() / temperature, dim=-1)   # [L-1, V]
+    return logp.gather(-1, ids[1:, None])[:, 0].cpu().tolist()           # [L-1]
+
+
 def write_probe(directory: Path, probe: Probe) -> None:
     (Path(directory) / PROBE_FILE).write_text(json.dumps(asdict(probe)))
 

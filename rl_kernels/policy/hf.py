@@ -20,6 +20,7 @@ from transformers import AutoTokenizer, GenerationConfig, StoppingCriteria, Stop
 
 from rl_kernels.host_share import HostShare, SharedUse
 from rl_kernels.policy.base import BASE_VERSION, Completion, Messages, SamplingParams, adapter_name
+from rl_kernels.policy.delivery import next_token_logprobs
 from rl_kernels.policy.models import encode_chat, load_causal_lm, resolve_model, stop_token_ids
 
 
@@ -165,13 +166,12 @@ class HFPolicy:
             with self._lock:
                 self._require_loaded(adapter_version)
                 active.enter_context(self._adapter(adapter_version))
-            ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
+            ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)    # [1, L]
             with torch.inference_mode():
-                logits = self._model(input_ids=ids).logits[0, :-1].float()            # [L-1, V]
-            logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None])[:, 0]  # [L-1]
+                logprobs = next_token_logprobs(self._model(input_ids=ids).logits[0], ids[0])
             with self._lock:
                 active.close()
-        return logp.cpu().tolist()
+        return logprobs
 
     def _encode(self, messages: Messages) -> list[int]:
         """The chat template owns special tokens (BOS, role markers), so none are added again."""
