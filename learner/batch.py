@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rl_kernels.learner.grpo import group_advantages
-from rl_kernels.config import StdScaling
+from rl_kernels.config import GrpoConfig, RewardConfig
+from rl_kernels.evaluation.reward import split_training_reward
+from rl_kernels.learner.grpo import GroupAdvantages, decoupled_advantages, group_advantages
 from rl_kernels.trajectories import Group
 
 
@@ -41,13 +42,17 @@ class TrainBatch:
     groups: int
     completions: int
     dropped_groups: int         # zero reward variance: no signal
+    speed_groups: int           # groups whose correct kernels gave a speed signal (decoupled advantages)
     truncated: int              # hit max_new_tokens: masked (their reward still sets the group mean)
     staleness: list[int]        # per group: learner version - the version that sampled it
     rewards: list[float]        # every completion's reward, dropped groups included
 
 
-def assemble_batch(groups: list[Group], std_scaling: StdScaling, learner_version: int) -> TrainBatch:
-    """Advantages per group (learner/grpo.py), then keep the completions that teach something.
+def assemble_batch(groups: list[Group], learner_version: int, grpo: GrpoConfig = GrpoConfig(),
+                   reward: RewardConfig = RewardConfig()) -> TrainBatch:
+    """Advantages per group (learner/grpo.py, as `grpo.advantages` says), then keep the completions
+    that teach something. `reward` is the evaluator's reward config, which says where a correct
+    kernel's reward splits into its base and its speed term.
 
     A completion counts unless its group was dropped (all rewards equal), it was truncated (its
     reward judges an answer the model never finished: DAPO's overlong masking) or it is empty.
@@ -68,7 +73,7 @@ def assemble_batch(groups: list[Group], std_scaling: StdScaling, learner_version
                 raise BatchError(f"group {g.group_id} completion {t.index}: {len(t.token_ids)} tokens but "
                                  f"{len(t.logprobs)} behaviour logprobs")
     rewards = torch.tensor([t.reward for g in groups for t in g.trajectories], dtype=torch.float64)
-    adv = group_advantages(rewards, size, std_scaling)
+    adv = _advantages(groups, rewards, size, grpo, reward)
     samples: list[Sample] = []
     truncated = 0
     for i, (g, t) in enumerate((g, t) for g in groups for t in g.trajectories):
@@ -78,8 +83,20 @@ def assemble_batch(groups: list[Group], std_scaling: StdScaling, learner_version
                                   float(adv.advantages[i])))
     return TrainBatch(samples=samples, global_tokens=sum(len(s.completion_ids) for s in samples),
                       groups=len(groups), completions=len(rewards), dropped_groups=adv.dropped_groups,
+                      speed_groups=adv.speed_groups,
                       truncated=truncated, staleness=[learner_version - g.policy_version for g in groups],
                       rewards=rewards.tolist())
+
+
+def _advantages(groups: list[Group], rewards: torch.Tensor, size: int, grpo: GrpoConfig,
+                reward: RewardConfig) -> GroupAdvantages:
+    if grpo.advantages == "reward":
+        return group_advantages(rewards, size, grpo.std_scaling)
+    parts = [split_training_reward(t.reward, t.measurement, reward) for g in groups for t in g.trajectories]
+    gate = torch.tensor([p[0] for p in parts], dtype=torch.float64)             # [B]
+    speed = torch.tensor([p[1] or 0.0 for p in parts], dtype=torch.float64)     # [B]
+    correct = torch.tensor([p[1] is not None for p in parts])                   # [B] bool
+    return decoupled_advantages(gate, speed, correct, size, grpo.std_scaling, grpo.speed_weight)
 
 
 @dataclass(frozen=True)

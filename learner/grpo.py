@@ -1,5 +1,5 @@
-"""The GRPO objective (DESIGN.md, "Learning"), in two readable functions: advantages per group, and
-the clipped, importance-weighted token loss.
+"""The GRPO objective (DESIGN.md, "Learning"): advantages per group (from the scalar reward, or with
+correctness and speed normalised apart), and the clipped, importance-weighted token loss.
 
 Shapes: B completions (several groups of G), T tokens (completion tokens only, right-padded).
 The loss is a sum over tokens divided by the *global* token count of the optimisation step, passed
@@ -19,8 +19,33 @@ from rl_kernels.config import GrpoConfig, StdScaling
 @dataclass(frozen=True)
 class GroupAdvantages:
     advantages: torch.Tensor   # [B] per completion; 0 for completions of dropped groups
-    keep: torch.Tensor         # [B] bool: False for completions of zero-variance groups
+    keep: torch.Tensor         # [B] bool: False for completions of groups without any signal
     dropped_groups: int
+    speed_groups: int = 0      # groups with a speed signal (decoupled advantages; 0 otherwise)
+
+
+def _centred(r: torch.Tensor, member: torch.Tensor, std_scaling: StdScaling, eps: float
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each member's value minus the mean of its group's members, optionally divided by a std.
+
+    r, member [groups, G]; returns (advantages [groups, G], 0 for non-members and for groups whose
+    members all share one value; has_signal [groups]).
+    """
+    n = member.sum(dim=1, keepdim=True)                                          # [groups, 1]
+    mean = (r * member).sum(dim=1, keepdim=True) / n.clamp(min=1)                # [groups, 1]
+    centred = (r - mean) * member                                                # [groups, G]
+    top = torch.where(member, r, torch.full_like(r, -torch.inf)).max(dim=1).values   # [groups]
+    low = torch.where(member, r, torch.full_like(r, torch.inf)).min(dim=1).values    # [groups]
+    has_signal = (n.squeeze(1) >= 2) & (top - low > eps)                          # [groups]
+    if std_scaling == "group":
+        std = (centred.pow(2).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()   # [groups, 1]
+        centred = centred / (std + eps)
+    elif std_scaling == "batch":
+        counted = member & has_signal[:, None]                                   # [groups, G]
+        centred = centred / (r[counted].std() + eps if counted.sum() > 1 else 1.0)
+    elif std_scaling != "none":
+        raise ValueError(f"std_scaling must be none, group or batch, got {std_scaling!r}")
+    return torch.where(has_signal[:, None], centred, torch.zeros_like(centred)), has_signal
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, std_scaling: StdScaling = "none",
@@ -30,22 +55,47 @@ def group_advantages(rewards: torch.Tensor, group_size: int, std_scaling: StdSca
     Groups whose rewards are all equal carry no learning signal (every advantage is 0) and only
     dilute the token mean, so they are dropped and counted.
     """
-    if rewards.dim() != 1 or rewards.numel() % group_size:
+    r = _grouped(rewards, group_size)                                            # [groups, G]
+    adv, keep_group = _centred(r, torch.ones_like(r, dtype=torch.bool), std_scaling, eps)
+    keep = keep_group[:, None].expand_as(r).reshape(-1)                          # [B]
+    return GroupAdvantages(adv.reshape(-1).to(rewards.dtype), keep, int((~keep_group).sum()))
+
+
+def decoupled_advantages(gate: torch.Tensor, speed: torch.Tensor, fast_enough: torch.Tensor, group_size: int,
+                         std_scaling: StdScaling = "none", speed_weight: float = 1.0,
+                         eps: float = 1e-6) -> GroupAdvantages:
+    """Correctness and speed get advantages of their own, summed: A = A_gate + speed_weight * A_speed.
+
+    With one scalar reward, a group holding a failure spends its whole spread on the correctness
+    gap (a correct kernel's base against a failure's ~0), and the spread in speed among its correct
+    kernels (ln 1.2 = 0.18) barely moves the advantages: a policy learns to be correct, not fast.
+    Normalising each part apart (GDPO's decoupling) gives the faster of two correct kernels the
+    same weight of signal as the correct one of a correct/incorrect pair.
+
+    gate         [B] the reward without its speed term (failure / shaping rewards, or the correct base)
+    speed        [B] the speed term of kernels that earned the correct reward (ignored elsewhere)
+    fast_enough  [B] bool: the completions whose `speed` counts (the group's correct kernels)
+    A_gate is group_advantages(gate); A_speed is speed minus the mean over the group's correct
+    kernels, scaled the same way, and 0 for the others and for groups with fewer than two correct
+    kernels of different speed. A group is dropped when neither part has a signal.
+    """
+    g = _grouped(gate, group_size)                                               # [groups, G]
+    s = _grouped(speed, group_size)                                              # [groups, G]
+    member = fast_enough.view(-1, group_size).bool()                             # [groups, G]
+    adv_gate, gate_signal = _centred(g, torch.ones_like(member), std_scaling, eps)
+    adv_speed, speed_signal = _centred(s, member, std_scaling, eps)
+    keep_group = gate_signal | speed_signal                                      # [groups]
+    adv = adv_gate + speed_weight * adv_speed                                    # [groups, G]
+    keep = keep_group[:, None].expand_as(g).reshape(-1)                          # [B]
+    return GroupAdvantages(adv.reshape(-1).to(gate.dtype), keep, int((~keep_group).sum()),
+                           int(speed_signal.sum()))
+
+
+def _grouped(values: torch.Tensor, group_size: int) -> torch.Tensor:
+    if values.dim() != 1 or values.numel() % group_size:
         raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, "
-                         f"got shape {tuple(rewards.shape)}")
-    r = rewards.double().view(-1, group_size)                       # [groups, G]
-    centred = r - r.mean(dim=1, keepdim=True)                       # [groups, G]
-    spread = r.max(dim=1).values - r.min(dim=1).values               # [groups]
-    keep_group = spread > eps                                        # [groups]
-    if std_scaling == "group":
-        centred = centred / (r.std(dim=1, keepdim=True) + eps)
-    elif std_scaling == "batch":
-        centred = centred / (r[keep_group].std() + eps if keep_group.any() else 1.0)
-    elif std_scaling != "none":
-        raise ValueError(f"std_scaling must be none, group or batch, got {std_scaling!r}")
-    keep = keep_group[:, None].expand_as(r).reshape(-1)               # [B]
-    adv = torch.where(keep, centred.reshape(-1), torch.zeros_like(centred.reshape(-1)))
-    return GroupAdvantages(adv.to(rewards.dtype), keep, int((~keep_group).sum()))
+                         f"got shape {tuple(values.shape)}")
+    return values.double().view(-1, group_size)                                   # [groups, G]
 
 
 @dataclass(frozen=True)

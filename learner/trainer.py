@@ -28,7 +28,7 @@ from rl_kernels.learner.checkpoints import load_checkpoint, save_checkpoint
 from rl_kernels.learner.engine import (build_policy_engine, grad_norm_then_step, init_distributed, lr_factor,
                                       save_adapter_with_probe, token_logprobs)
 from rl_kernels.learner.grpo import grpo_loss
-from rl_kernels.config import GrpoConfig, LearnerConfig
+from rl_kernels.config import GrpoConfig, LearnerConfig, RewardConfig
 from rl_kernels.host_share import HostShare, SharedUse
 from rl_kernels.trajectories import Group
 
@@ -40,9 +40,10 @@ class GrpoTrainer:
 
     def __init__(self, model: str, cfg: LearnerConfig, grpo: GrpoConfig, *, temperature: float,
                  total_steps: int | None = None, init_adapter: Path | None = None,
-                 host: HostShare | None = None) -> None:
+                 host: HostShare | None = None, reward: RewardConfig = RewardConfig()) -> None:
         init_distributed(cfg.device)
         self.cfg, self.grpo, self.temperature = cfg, grpo, temperature
+        self.reward = reward   # where a correct kernel's reward splits into base and speed
         self.host = host   # with a host share, training yields to timers between micro-batches
         self.device = torch.device(cfg.device)
         self.on_gpu = self.device.type == "cuda"
@@ -56,7 +57,7 @@ class GrpoTrainer:
         """Train on `groups` (sampled with versions <= `version`, the learner's current one).
         Returns the step's loss terms and counts, keyed as in DESIGN.md "Monitoring"."""
         t0 = time.monotonic()
-        batch = assemble_batch(groups, self.grpo.std_scaling, version)
+        batch = assemble_batch(groups, version, self.grpo, self.reward)
         mbs = [mb.to(self.device) for mb in micro_batches(batch.samples, self.cfg.micro_batch_size, self.pad_id)]
         self.engine.train()
         old: list[torch.Tensor] = []
@@ -120,6 +121,7 @@ class GrpoTrainer:
             "learner/tokens": tokens, "learner/sequences": n, "learner/groups": batch.groups,
             "learner/dropped_groups": batch.dropped_groups,
             "learner/dropped_group_fraction": batch.dropped_groups / batch.groups,
+            "learner/speed_groups": batch.speed_groups,
             "learner/truncated": batch.truncated,
             "learner/reward_mean": sum(batch.rewards) / len(batch.rewards),
             "learner/staleness_mean": sum(stale) / len(stale), "learner/staleness_max": max(stale),

@@ -534,6 +534,14 @@ class GrpoConfig(_Strict):
     """The GRPO objective's knobs (learner/grpo.py; DESIGN.md, "Learning")."""
 
     std_scaling: StdScaling = "none"
+    advantages: Literal["reward", "decoupled"] = Field("reward", description=(
+        "reward: advantages of the scalar training reward. decoupled: correctness (the reward without "
+        "its speed term) and speed (log-speedup among the group's correct kernels only) normalised "
+        "apart and summed, so a correct/incorrect gap cannot drown the speed spread; learns speed "
+        "from groups with two or more correct kernels, at the cost of a second, noisier signal"))
+    speed_weight: float = Field(1.0, ge=0, description=(
+        "decoupled advantages: weight of the speed part against the correctness part (1 = equal); "
+        "higher pushes speed harder and risks trading correctness for it"))
     clip_low: float = Field(0.2, gt=0, lt=1)
     clip_high: float = Field(0.28, gt=0)
     is_cap: float = Field(3.0, gt=1)          # sequences whose importance weight leaves [1/cap, cap] are masked

@@ -7,7 +7,8 @@ floor (so a re-measured copy of the baseline earns exactly the base), clipped on
 never below `min_correct_reward`: a slow but correct kernel still beats a broken one, which keeps
 the incentive to stay correct.  `training_reward` is what the learner sees: the evaluator's reward
 plus the opt-in shaping of honest failures.  Everything else (evaluator, rollout, timer actor)
-calls these two.
+calls these two; `split_training_reward` takes a training reward apart again for the learner's
+decoupled advantages.
 """
 
 from __future__ import annotations
@@ -43,9 +44,14 @@ def correct_reward(speedup: float, cfg: RewardConfig, floor: float | None = None
     return max(cfg.min_correct_reward, cfg.correct_base + x)
 
 
+def earned_correct_reward(m: Measurement) -> bool:
+    """Passed every gate with a speedup that was not flagged: the kernels `correct_reward` scores."""
+    return m.rejected is None and m.correct and m.flagged is None and bool(m.speedup)
+
+
 def measurement_reward(m: Measurement, cfg: RewardConfig) -> float:
     """The evaluator's reward for a finished measurement (its gates, flags and speedup as recorded)."""
-    if m.rejected is not None or not m.correct or m.flagged is not None or not m.speedup:
+    if not earned_correct_reward(m):
         return cfg.fail_reward
     if m.extra.get("unstable_measurement"):
         return correct_reward(1.0, cfg)   # correct, but its speedup is noise: no speedup term
@@ -60,3 +66,15 @@ def training_reward(m: Measurement | None, cfg: RewardConfig) -> float:
     if m.correct:
         return m.reward
     return cfg.compile_reward if m.compiled else cfg.format_reward
+
+
+def split_training_reward(reward: float, m: Measurement | None, cfg: RewardConfig) -> tuple[float, float | None]:
+    """(gate, speed) with gate + speed == `reward`, the training reward of this completion.
+
+    A kernel that earned the correct reward splits into `correct_base` (the gate) and the rest (its
+    speed term: the clipped, floor-shrunk log-speedup, or the floor's share); anything else is all
+    gate, with no speed term (None). The learner's decoupled advantages normalise the two apart.
+    """
+    if m is None or not earned_correct_reward(m) or reward < cfg.min_correct_reward:
+        return reward, None
+    return cfg.correct_base, reward - cfg.correct_base

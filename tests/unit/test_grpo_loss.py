@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rl_kernels.learner.grpo import group_advantages, grpo_loss
+from rl_kernels.learner.grpo import decoupled_advantages, group_advantages, grpo_loss
 from rl_kernels.config import GrpoConfig
 
 
@@ -31,6 +31,44 @@ def test_advantages_reject_bad_shapes() -> None:
         group_advantages(torch.zeros(6), 4)
     with pytest.raises(ValueError, match="std_scaling"):
         group_advantages(torch.tensor([0.0, 1.0]), 2, "rank")   # type: ignore[arg-type]
+
+
+def test_decoupled_advantages_give_speed_its_own_signal() -> None:
+    # group 1: three correct kernels (base 3, speed terms +0.2, 0.0, -0.2) and a failure (0.03);
+    # group 2: one correct kernel only (no speed signal) and failures; group 3: all correct, same speed.
+    gate = torch.tensor([3.0, 3.0, 3.0, 0.03, 3.0, 0.0, 0.03, 0.0, 3.0, 3.0, 3.0, 3.0])
+    speed = torch.tensor([0.2, 0.0, -0.2, 0.0, 0.5, 0.0, 0.0, 0.0, 0.1, 0.1, 0.1, 0.1])
+    correct = torch.tensor([1, 1, 1, 0, 1, 0, 0, 0, 1, 1, 1, 1], dtype=torch.bool)
+    out = decoupled_advantages(gate, speed, correct, group_size=4)
+    g1 = out.advantages[:4].tolist()
+    gate_mean = (9.0 + 0.03) / 4
+    assert g1 == pytest.approx([3.0 - gate_mean + 0.2, 3.0 - gate_mean, 3.0 - gate_mean - 0.2, 0.03 - gate_mean])
+    g2 = out.advantages[4:8].tolist()   # correctness only: the lone correct kernel's speed is no signal
+    assert g2 == pytest.approx([3.0 - 3.03 / 4, -3.03 / 4, 0.03 - 3.03 / 4, -3.03 / 4])
+    assert out.advantages[8:].tolist() == [0.0] * 4
+    assert out.keep.tolist() == [True] * 8 + [False] * 4
+    assert (out.dropped_groups, out.speed_groups) == (1, 1)
+
+
+def test_decoupled_speed_alone_keeps_an_all_correct_group_and_scales_apart() -> None:
+    # every kernel correct: the gate is flat, the speed spread is the whole signal, and with group
+    # scaling it reaches the same size as a correct/incorrect gap would.
+    gate = torch.tensor([3.0, 3.0, 3.0, 3.0])
+    speed = torch.tensor([0.1, 0.0, 0.0, 0.1])
+    out = decoupled_advantages(gate, speed, torch.ones(4, dtype=torch.bool), 4, "group")
+    a = 0.5 * math.sqrt(3)
+    assert out.advantages.tolist() == pytest.approx([a, -a, -a, a], rel=1e-4)   # eps beside a std of 0.06
+    assert out.keep.all() and out.speed_groups == 1
+    weighted = decoupled_advantages(gate, speed, torch.ones(4, dtype=torch.bool), 4, "group", speed_weight=0.5)
+    assert weighted.advantages.tolist() == pytest.approx([a / 2, -a / 2, -a / 2, a / 2], rel=1e-4)
+
+
+def test_decoupled_with_one_part_flat_equals_plain_group_advantages() -> None:
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.3, 0.0, 2.0, 0.0])
+    plain = group_advantages(rewards, 4, "group")
+    none_correct = decoupled_advantages(rewards, torch.zeros(8), torch.zeros(8, dtype=torch.bool), 4, "group")
+    assert none_correct.advantages.tolist() == pytest.approx(plain.advantages.tolist())
+    assert none_correct.speed_groups == 0
 
 
 def _zeros(b: int = 2, t: int = 2) -> torch.Tensor:

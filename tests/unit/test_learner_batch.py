@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl_kernels.config import GrpoConfig, RewardConfig
 from rl_kernels.learner.batch import BatchError, assemble_batch, micro_batches
 from rl_kernels.trajectories import Group, Trajectory
+from rl_kernels.types import Measurement
 
 
 def _group(gid: str, rewards: list[float], *, version: int = 0, prompt: list[int] | None = None,
@@ -23,7 +25,7 @@ def _group(gid: str, rewards: list[float], *, version: int = 0, prompt: list[int
 def test_advantages_masks_and_denominator() -> None:
     groups = [_group("a", [1.0, 0.0, 0.5], lengths=[2, 3, 4], truncated={2}, version=3),
               _group("b", [0.2, 0.2, 0.2], version=4)]          # zero variance: dropped
-    batch = assemble_batch(groups, "none", learner_version=5)
+    batch = assemble_batch(groups, learner_version=5)
     # group a: mean 0.5 -> advantages +0.5, -0.5, 0.0; the truncated third completion is masked
     assert [s.advantage for s in batch.samples] == [0.5, -0.5]
     assert [len(s.completion_ids) for s in batch.samples] == [2, 3]
@@ -34,15 +36,37 @@ def test_advantages_masks_and_denominator() -> None:
 
 
 def test_group_std_scaling() -> None:
-    batch = assemble_batch([_group("a", [1.0, 0.0])], "group", learner_version=0)
+    batch = assemble_batch([_group("a", [1.0, 0.0])], 0, GrpoConfig(std_scaling="group"))
     std = torch.tensor([1.0, 0.0]).std().item()   # sample std, as torch computes it
     assert [s.advantage for s in batch.samples] == pytest.approx([0.5 / std, -0.5 / std], rel=1e-5)
+
+
+def _scored(task_rewards: list[tuple[float, bool]]) -> Group:
+    """A group whose completions carry measurements: (training reward, earned the correct reward)."""
+    g = _group("m", [r for r, _ in task_rewards])
+    for t, (r, ok) in zip(g.trajectories, task_rewards):
+        t.measurement = Measurement(task="t", backend="cpu", mode="module", compiled=True, correct=ok,
+                                    speedup=1.0 if ok else None, reward=r)
+    return g
+
+
+def test_decoupled_batch_splits_each_reward_at_the_correct_base() -> None:
+    # correct_base 3: rewards 3.2 and 2.8 are correct kernels 0.2 apart in ln(speedup); 0.03 failed.
+    grpo, reward = GrpoConfig(advantages="decoupled"), RewardConfig(correct_base=3.0, compile_reward=0.03)
+    batch = assemble_batch([_scored([(3.2, True), (2.8, True), (0.03, False), (0.03, False)])], 0, grpo, reward)
+    gate_mean = 6.06 / 4
+    assert [s.advantage for s in batch.samples] == pytest.approx(
+        [3 - gate_mean + 0.2, 3 - gate_mean - 0.2, 0.03 - gate_mean, 0.03 - gate_mean])
+    assert batch.speed_groups == 1
+    plain = assemble_batch([_scored([(3.2, True), (2.8, True), (0.03, False), (0.03, False)])], 0)
+    assert plain.speed_groups == 0
+    assert [s.advantage for s in plain.samples] == pytest.approx([3.2 - 1.515, 2.8 - 1.515, 0.03 - 1.515, 0.03 - 1.515])
 
 
 def test_layout_points_each_completion_token_at_the_logit_that_predicts_it() -> None:
     groups = [_group("a", [1.0, 0.0], prompt=[7, 8, 9], lengths=[1, 4]),
               _group("b", [0.0, 1.0], prompt=[5], lengths=[2, 2])]
-    batch = assemble_batch(groups, "none", learner_version=0)
+    batch = assemble_batch(groups, learner_version=0)
     mbs = micro_batches(batch.samples, size=3, pad_id=0)
     assert [mb.input_ids.size(0) for mb in mbs] == [3, 1]
     for mb in mbs:
@@ -61,12 +85,12 @@ def test_layout_points_each_completion_token_at_the_logit_that_predicts_it() -> 
 
 def test_bad_groups_are_named() -> None:
     with pytest.raises(BatchError, match="no prompt_token_ids"):
-        assemble_batch([_group("a", [1.0, 0.0], prompt=[])], "none", 0)
+        assemble_batch([_group("a", [1.0, 0.0], prompt=[])], 0)
     with pytest.raises(BatchError, match="same number"):
-        assemble_batch([_group("a", [1.0, 0.0]), _group("b", [1.0, 0.0, 0.0])], "none", 0)
+        assemble_batch([_group("a", [1.0, 0.0]), _group("b", [1.0, 0.0, 0.0])], 0)
     bad = _group("c", [1.0, 0.0])
     bad.trajectories[0].logprobs.pop()
     with pytest.raises(BatchError, match="group c completion 0: 3 tokens but 2"):
-        assemble_batch([bad], "none", 0)
+        assemble_batch([bad], 0)
     with pytest.raises(BatchError, match="at least one group"):
-        assemble_batch([], "none", 0)
+        assemble_batch([], 0)
