@@ -252,14 +252,18 @@ class Driver:
 
 
 def delivery_gauges(generator_stats: list[dict[str, Any]]) -> dict[str, float]:
-    """The adapter delivery checks of every generator (rl_kernels/policy/delivery.py), summed, and the
-    share of the learner's adapter effect farthest from 1 that any of them measured."""
+    """The adapter delivery checks of every generator (rl_kernels/policy/delivery.py), summed, the
+    share of the learner's adapter effect farthest from 1 that any of them measured, and the largest
+    last base gap (the numerics a conclusive check must stand out of)."""
     keys = ("adapter_checks", "adapter_check_failures", "adapter_inconclusive", "adapter_unchecked")
     out = {f"policy/delivery/{k.removeprefix('adapter_')}": float(sum(g.get(k, 0) for g in generator_stats))
            for k in keys}
     shares = [g["adapter_share_worst"] for g in generator_stats
               if not math.isnan(g.get("adapter_share_worst", math.nan))]
-    return out | ({"policy/delivery/share_worst": max(shares, key=lambda x: abs(x - 1.0))} if shares else {})
+    gaps = [g["adapter_base_gap_last"] for g in generator_stats
+            if not math.isnan(g.get("adapter_base_gap_last", math.nan))]
+    return (out | ({"policy/delivery/share_worst": max(shares, key=lambda x: abs(x - 1.0))} if shares else {})
+            | ({"policy/delivery/base_gap": max(gaps)} if gaps else {}))
 
 
 def _progress_bar(cfg: Config) -> Any:

@@ -365,6 +365,11 @@ class PolicyConfig(_Strict):
     delivery_min_shift: float = Field(0.02, ge=0, description=(
         "smallest adapter effect on the probe (mean |adapter - base| logprob, nats per token) the check judges; "
         "smaller ones (the first steps from a zero LoRA B) are served and counted inconclusive"))
+    delivery_noise_multiple: float = Field(1.5, ge=0, description=(
+        "the check also judges only effects at least this many times the gap between the generator's and the "
+        "learner's base logprobs on the probe (their numerics: ~0.05 nats/token for bf16 vLLM against a bf16 "
+        "learner); lower judges effects the numerics can fake (false alarms on a bf16 run's first versions), "
+        "higher leaves more versions inconclusive"))
     vllm: VLLMSettings = Field(default_factory=VLLMSettings)
 
     @field_validator("init_adapter")

@@ -17,10 +17,17 @@ A generator serving the base under the version's name has share 0, one applying 
 nats/token on SmolLM2, as much as a fresh adapter moves the probe) are not correlated with the
 adapter's effect, so they average out of `share` instead of adding up as they would in a mean
 absolute difference; numerics on the learner's side (a bf16 learner) do bias it toward 0, so the
-correlation of the two effects is reported beside it. An adapter whose effect is below
-`policy.delivery_min_shift` cannot be told from the base (the first step from a zero-initialised
-LoRA B): it is served and counted as inconclusive. An adapter without a probe (made outside the
-learner) is served and counted as unchecked.
+correlation of the two effects is reported beside it.
+
+A check decides only when the learner's effect stands out of the numerics. A bf16 model cannot
+represent a weight change far below its 2^-8 resolution: the first steps from a zero-initialised
+LoRA B move the probe by rounding noise as large as the gap between two engines' logprobs of the
+same base (0.049 nats/token after one step on an H100, vLLM against a bf16 learner, share -0.08,
+correlation -0.07), and such an effect cannot be told from the base by any engine. So the check is
+conclusive only when the learner's effect is at least `policy.delivery_min_shift` and at least
+`policy.delivery_noise_multiple` times that base gap (mean |served base - learner base| on the
+probe); otherwise the version is served and counted as inconclusive. An adapter without a probe
+(made outside the learner) is served and counted as unchecked.
 """
 
 from __future__ import annotations
@@ -81,10 +88,12 @@ class DeliveryCheck:
     shift: float      # mean |learner's effect|, nats per token
     tolerance: float  # the largest |share - 1| that counts as delivered
     min_shift: float  # below it the check cannot tell the adapter from the base
+    base_gap: float = 0.0         # mean |served base - learner base| on the probe: the engines' numerics
+    noise_multiple: float = 0.0   # the effect must be this many base gaps to decide
 
     @property
     def conclusive(self) -> bool:
-        return self.shift >= self.min_shift
+        return self.shift >= max(self.min_shift, self.noise_multiple * self.base_gap)
 
     @property
     def delivered(self) -> bool:
@@ -123,7 +132,7 @@ def read_probe(directory: Path) -> Probe | None:
 
 
 def compare(version: int, probe: Probe, served: list[float], served_base: list[float], tolerance: float,
-            min_shift: float) -> DeliveryCheck:
+            min_shift: float, noise_multiple: float = 0.0) -> DeliveryCheck:
     """The check's numbers from the generator's logprobs of the probe under the version (`served`)
     and under the base (`served_base`); raises nothing (see `DeliveryCheckedPolicy`)."""
     n = len(probe.adapter_logprobs)
@@ -134,7 +143,9 @@ def compare(version: int, probe: Probe, served: list[float], served_base: list[f
     generator = [s - b for s, b in zip(served, served_base)]                        # [n]
     energy = sum(x * x for x in learner)
     share = sum(g * x for g, x in zip(generator, learner)) / energy if energy > 0 else float("nan")
-    return DeliveryCheck(version, share, _correlation(generator, learner), probe.shift, tolerance, min_shift)
+    base_gap = sum(abs(s - b) for s, b in zip(served_base, probe.base_logprobs)) / n
+    return DeliveryCheck(version, share, _correlation(generator, learner), probe.shift, tolerance, min_shift,
+                         base_gap, noise_multiple)
 
 
 def _correlation(a: list[float], b: list[float]) -> float:
@@ -155,8 +166,9 @@ class DeliveryCheckedPolicy:
     share is out of tolerance. A version loaded again (announced again after a resume, re-published
     under its number, reloaded by a restarted generator) is checked again."""
 
-    def __init__(self, backend: PolicyBackend, tolerance: float, min_shift: float) -> None:
+    def __init__(self, backend: PolicyBackend, tolerance: float, min_shift: float, noise_multiple: float = 0.0) -> None:
         self.backend, self.tolerance, self.min_shift = backend, tolerance, min_shift
+        self.noise_multiple = noise_multiple
         self._lock = threading.Lock()       # the books below
         self._checking = threading.Lock()   # one check at a time
         self._pending: dict[int, Path] = {}     # loaded, not yet checked
@@ -177,18 +189,25 @@ class DeliveryCheckedPolicy:
 
     def generate(self, prompts: list[Messages], params: SamplingParams, adapter_version: int
                  ) -> list[list[Completion]]:
+        # A version stays pending until a check passes, so a generation that arrives while another
+        # one checks it waits for the verdict instead of sampling an unchecked version.
         if adapter_version in self._pending:
-            with self._checking:   # a concurrent first generation waits for the check's verdict
+            with self._checking:
                 with self._lock:
-                    path = self._pending.pop(adapter_version, None)
+                    path = self._pending.get(adapter_version)
                 if path is not None:
                     self._check(adapter_version, path)
+                    with self._lock:
+                        if self._pending.get(adapter_version) == path:
+                            del self._pending[adapter_version]
         return self.backend.generate(prompts, params, adapter_version)
 
     def stats(self) -> dict[str, float]:
-        """Counts, the last conclusive check's share and correlation, the share farthest from 1 so far."""
+        """Counts, the last conclusive check's share and correlation, the share farthest from 1 so far,
+        the last check's base gap (the engines' numerics, which decide what is conclusive)."""
         conclusive = [c for c in self.checks if c.conclusive]
         return {**self.counts, "adapter_share_last": conclusive[-1].share if conclusive else float("nan"),
+                "adapter_base_gap_last": self.checks[-1].base_gap if self.checks else float("nan"),
                 "adapter_share_worst": max((c.share for c in conclusive), key=lambda x: abs(x - 1.0), default=float("nan")),
                 "adapter_correlation_last": conclusive[-1].correlation if conclusive else float("nan")}
 
@@ -199,17 +218,16 @@ class DeliveryCheckedPolicy:
             return
         served = self.backend.score(probe.token_ids, version)
         check = compare(version, probe, served, self.backend.score(probe.token_ids, BASE_VERSION),
-                        self.tolerance, self.min_shift)
+                        self.tolerance, self.min_shift, self.noise_multiple)
         self.checks.append(check)
         self.counts["adapter_checks"] += 1
         if not check.conclusive:
             self.counts["adapter_inconclusive"] += 1
         if not check.delivered:
-            self.counts["adapter_check_failures"] += 1
-            with self._lock:
-                self._pending[version] = path   # still unchecked: a retry checks again
+            self.counts["adapter_check_failures"] += 1   # still pending: a retry checks again
             raise AdapterDeliveryError(
                 f"{adapter_name(version)} from {path} is not what the learner published: on the probe the generator "
                 f"reproduces {check.share:.2f} of the learner's adapter effect ({check.shift:.4f} nats/token, "
-                f"correlation {check.correlation:.2f}; delivered means 1 +- {check.tolerance})"
+                f"correlation {check.correlation:.2f}, engines' base gap {check.base_gap:.4f}; delivered means 1 +- "
+                f"{check.tolerance})"
                 + (" -- the generator serves the base model?" if abs(check.share) < check.tolerance else ""))

@@ -45,7 +45,8 @@ def make_policy(cfg: PolicyConfig, *, max_loaded_adapters: int, host: HostShare 
         from rl_kernels.policy.vllm_engine import build_vllm_policy
 
         backend = build_vllm_policy(cfg, max_loaded_adapters=max_loaded_adapters, host=host)
-    return DeliveryCheckedPolicy(backend, cfg.delivery_tolerance, cfg.delivery_min_shift)
+    return DeliveryCheckedPolicy(backend, cfg.delivery_tolerance, cfg.delivery_min_shift,
+                                 cfg.delivery_noise_multiple)
 
 
 def sampling_params(cfg: PolicyConfig, seed: int | None) -> SamplingParams:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,8 @@ from rl_kernels.config import GrpoConfig, LearnerConfig
 from rl_kernels.learner.publish import publish_adapter
 from rl_kernels.learner.trainer import GrpoTrainer
 from rl_kernels.policy import SamplingParams
-from rl_kernels.policy.delivery import PROBE_FILE, AdapterDeliveryError, DeliveryCheckedPolicy, read_probe
+from rl_kernels.policy.delivery import (PROBE_FILE, AdapterDeliveryError, DeliveryCheckedPolicy, Probe, compare,
+                                        read_probe)
 from rl_kernels.policy.hf import HFPolicy
 from rl_kernels.trajectories import Group, Trajectory
 
@@ -114,15 +117,67 @@ def test_an_effect_too_small_to_judge_is_served_and_counted(published: tuple[Pat
     assert not policy.checks[0].conclusive and policy.stats()["adapter_inconclusive"] == 1
 
 
+def test_a_generation_during_a_check_waits_for_its_verdict(published: tuple[Path, Path], tmp_path: Path) -> None:
+    """Two first generations of a version that does not deliver: the one that arrives while the other
+    checks must not sample; it waits and fails with it."""
+    model_dir, v1 = published
+    zeroed = _copy(v1, tmp_path / "zeroed")
+    weights = load_file(zeroed / "adapter_model.safetensors")
+    save_file({k: v * 0 if "lora_B" in k else v for k, v in weights.items()}, zeroed / "adapter_model.safetensors")
+    scoring, release = threading.Event(), threading.Event()
+
+    class SlowScoring(HFPolicy):   # holds the first check inside its scoring until released
+        def score(self, token_ids: list[int], adapter_version: int) -> list[float]:
+            scoring.set()
+            release.wait(30)
+            return super().score(token_ids, adapter_version)
+
+    policy = DeliveryCheckedPolicy(SlowScoring(model_dir), tolerance=0.25, min_shift=1e-3)
+    policy.load_adapter(2, zeroed)
+    outcomes: list[str] = []
+
+    def first_generation() -> None:
+        try:
+            policy.generate(PROMPTS[:1], PARAMS, 2)
+            outcomes.append("sampled")
+        except AdapterDeliveryError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=first_generation) for _ in range(2)]
+    threads[0].start()
+    assert scoring.wait(30)                # the first call is inside the check
+    threads[1].start()
+    time.sleep(0.5)
+    assert outcomes == []                  # the second one waits instead of sampling an unchecked version
+    release.set()
+    for t in threads:
+        t.join(60)
+    assert outcomes == ["refused", "refused"] and policy.stats()["adapter_check_failures"] == 2
+
+
+def test_an_effect_inside_the_engines_numerics_is_inconclusive() -> None:
+    """A bf16 learner's first step moves the probe by rounding noise as large as the gap between two
+    engines on the base: no engine can tell that adapter from the base, so the check must not judge."""
+    probe = Probe(token_ids=list(range(5)), adapter_logprobs=[-1.05, -2.0, -0.95, -3.0],
+                  base_logprobs=[-1.0, -2.05, -1.0, -2.95])            # effect: 0.05 nats/token of noise
+    served_base = [-1.04, -2.01, -0.96, -2.99]                        # the engines differ by 0.04 on the base
+    unrelated = compare(1, probe, served_base, served_base, 0.75, 0.02, noise_multiple=1.5)
+    assert unrelated.shift == pytest.approx(0.05) and unrelated.base_gap == pytest.approx(0.04)
+    assert not unrelated.conclusive and unrelated.delivered           # 0.05 < 1.5 x 0.04: served, inconclusive
+    assert not compare(1, probe, served_base, served_base, 0.75, 0.02).delivered   # judged without it: a false alarm
+    same_engine = compare(1, probe, probe.base_logprobs, probe.base_logprobs, 0.75, 0.02, noise_multiple=1.5)
+    assert same_engine.base_gap == 0.0 and same_engine.conclusive and not same_engine.delivered
+
+
 def test_the_generators_checks_become_run_metrics() -> None:
     from rl_kernels.cluster.driver import delivery_gauges
 
     nan = float("nan")
     stats = [{"adapter_checks": 3, "adapter_check_failures": 0, "adapter_inconclusive": 1, "adapter_unchecked": 0,
-              "adapter_share_worst": 0.8},
+              "adapter_share_worst": 0.8, "adapter_base_gap_last": 0.04},
              {"adapter_checks": 2, "adapter_check_failures": 1, "adapter_inconclusive": 0, "adapter_unchecked": 1,
-              "adapter_share_worst": 1.1},
+              "adapter_share_worst": 1.1, "adapter_base_gap_last": 0.05},
              {"generate_calls": 4, "adapter_share_worst": nan}]   # a simulated generator: no checks
     assert delivery_gauges(stats) == {"policy/delivery/checks": 5.0, "policy/delivery/check_failures": 1.0,
                                       "policy/delivery/inconclusive": 1.0, "policy/delivery/unchecked": 1.0,
-                                      "policy/delivery/share_worst": 0.8}
+                                      "policy/delivery/share_worst": 0.8, "policy/delivery/base_gap": 0.05}
