@@ -26,7 +26,7 @@ from rl_kernels.learner.batch import MicroBatch
 from rl_kernels.config import LearnerConfig
 from rl_kernels.policy.delivery import Probe, next_token_logprobs, probe_token_ids, write_probe
 from rl_kernels.policy.factory import torch_dtype
-from rl_kernels.policy.models import load_causal_lm, resolve_model
+from rl_kernels.policy.models import load_causal_lm, missing_lora_targets, resolve_model
 
 
 @dataclass
@@ -115,7 +115,7 @@ def build_policy_engine(model: str, cfg: LearnerConfig, lr_lambda: Any, init_ada
         base.enable_input_require_grads()
     if full:
         return _engine(base.to(device), cfg, lr_lambda, device)
-    missing = [m for m in cfg.lora.target_modules if not any(name.endswith("." + m) for name, _ in base.named_modules())]
+    missing = missing_lora_targets(base, cfg.lora.target_modules)
     if missing:
         raise ValueError(f"learner.lora.target_modules {missing} match no module of {model}")
     lora = LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,

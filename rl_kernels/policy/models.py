@@ -129,6 +129,15 @@ def _convert_from_wheel(model: WheelModel, target: Path) -> None:
     log.warning("converted %s to %s", target.name, target)
 
 
+def missing_lora_targets(model: Any, targets: list[str]) -> list[str]:
+    """The LoRA target names that match no module of `model`, by PEFT's rule for a list of names: a
+    module matches when its qualified name is the target or ends with "." + the target (so
+    `q_proj`, `self_attn.q_proj` and a top-level `lm_head` all match). One rule for the preflight
+    and the learner, so a config the preflight passes is one the learner accepts."""
+    names = [name for name, _ in model.named_modules()]
+    return [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+
+
 def encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     """Prompt token ids of a chat, ready for the answer: the chat template owns special tokens (BOS,
     role markers), so none are added again. Every backend encodes prompts this way."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 
 from rl_kernels.config import Config, ConfigError
-from rl_kernels.policy.models import resolve_model
+from rl_kernels.policy.models import missing_lora_targets, resolve_model
 
 
 def check_policy(cfg: Config) -> None:
@@ -32,8 +32,7 @@ def check_policy(cfg: Config) -> None:
                           "the policy must generate text (a *ForCausalLM model)")
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(model_config)
-    leaves = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    missing = [m for m in cfg.learner.lora.target_modules if m not in leaves]
+    missing = missing_lora_targets(model, cfg.learner.lora.target_modules)
     if missing:
         raise ConfigError(f"learner.lora.target_modules {missing} match no module of {model_dir} "
                           f"(its linear layers include {sorted(_linear_names(model))})")

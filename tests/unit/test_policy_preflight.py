@@ -10,6 +10,7 @@ import pytest
 from tiny_model import save_tiny_llama
 
 from rl_kernels.config import Config, ConfigError
+from rl_kernels.policy.models import missing_lora_targets
 from rl_kernels.policy.preflight import check_policy
 
 
@@ -44,6 +45,21 @@ def test_lora_targets_the_model_lacks_are_named(model_dir: Path) -> None:
     cfg = _cfg(model_dir, learner={"lora": {"target_modules": ["q_proj", "query_key_value"]}})
     with pytest.raises(ConfigError, match=r"\['query_key_value'\] match no module .* include \[.*'q_proj'"):
         check_policy(cfg)
+
+
+@pytest.mark.parametrize("targets", [["lm_head"], ["self_attn.q_proj", "mlp.down_proj"], ["q_proj", "v_proj"]])
+def test_the_preflight_and_the_learner_match_targets_as_peft_does(model_dir: Path, targets: list[str]) -> None:
+    """A top-level module and dotted names are valid PEFT targets: the preflight passes them, the
+    shared rule finds nothing missing, and PEFT itself adapts them."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    check_policy(_cfg(model_dir, learner={"lora": {"target_modules": targets}}))
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    assert missing_lora_targets(model, targets) == []
+    peft_model = get_peft_model(model, LoraConfig(r=2, target_modules=targets))
+    assert any("lora_A" in name for name, _ in peft_model.named_parameters())
+    assert missing_lora_targets(model, ["proj", "query_key_value"]) == ["proj", "query_key_value"]   # no suffix match
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
