@@ -234,14 +234,25 @@ class RooflineConfig(_Strict):
 
 
 class RewardConfig(_Strict):
-    fail_reward: float = 0.0
-    correct_base: float = 1.0
-    min_correct_reward: float = Field(0.05, ge=0)
-    log_speedup_clip: float = Field(2.3, gt=0)
-    noise_floor: float = Field(0.03, ge=0)
-    noise_sigmas: float = Field(3.0, ge=0)
-    speedup_ceiling: float = Field(10.0, gt=1)
-    remeasure_attempts: int = Field(1, ge=0)
+    """How a measurement becomes a reward (rl_kernels/evaluation/reward.py; DESIGN.md protocol step 5)."""
+
+    fail_reward: float = Field(0.0, description="reward of any failed gate or flagged speedup, hacks included")
+    correct_base: float = Field(1.0, description=(
+        "a correct kernel's reward before its log-speedup: higher keeps slow correct kernels' speed "
+        "differences above min_correct_reward (resolution), and widens the correct/incorrect gap"))
+    min_correct_reward: float = Field(0.05, ge=0, description=(
+        "floor of a correct kernel's reward, so a slow correct kernel still beats a failing one"))
+    log_speedup_clip: float = Field(2.3, gt=0, description=(
+        "|ln speedup| counted at most (2.3 = 10x either way): bounds one outlier's pull on the advantages"))
+    noise_floor: float = Field(0.03, ge=0, description=(
+        "relative speedup treated as noise (0.03 = 3%): ln(speedup) is moved toward 0 by ln(1 + floor); "
+        "higher ignores real small gains, lower rewards timing noise"))
+    noise_sigmas: float = Field(3.0, ge=0, description=(
+        "a measurement's own floor is this many standard errors of its speedup, when above noise_floor"))
+    speedup_ceiling: float = Field(10.0, gt=1, description=(
+        "speedups above this are counted as this (beyond it a result is more likely a hack or an error)"))
+    remeasure_attempts: int = Field(1, ge=0, description=(
+        "re-measurements of an evaluation whose spread exceeds max_spread; each costs one timed phase"))
     max_spread: dict[str, float] = Field(default_factory=lambda: {"cuda": 0.15, "cpu": 1.0}, description=(
         "Per backend: an evaluation whose candidate or baseline samples spread (IQR/median) more than "
         "this is re-measured (remeasure_attempts times); still above, it is `unstable_measurement` and "
@@ -538,7 +549,9 @@ StdScaling = Literal["none", "group", "batch"]
 class GrpoConfig(_Strict):
     """The GRPO objective's knobs (learner/grpo.py; DESIGN.md, "Learning")."""
 
-    std_scaling: StdScaling = "none"
+    std_scaling: StdScaling = Field("none", description=(
+        "divide centred rewards by none, the group's std or the batch's std: group makes every group's "
+        "signal unit-sized (small spreads amplified, noise too), none keeps reward units"))
     advantages: Literal["reward", "decoupled"] = Field("reward", description=(
         "reward: advantages of the scalar training reward. decoupled: correctness (the reward without "
         "its speed term) and speed (log-speedup among the group's correct kernels only) normalised "
@@ -547,20 +560,31 @@ class GrpoConfig(_Strict):
     speed_weight: float = Field(1.0, ge=0, description=(
         "decoupled advantages: weight of the speed part against the correctness part (1 = equal); "
         "higher pushes speed harder and risks trading correctness for it"))
-    clip_low: float = Field(0.2, gt=0, lt=1)
-    clip_high: float = Field(0.28, gt=0)
-    is_cap: float = Field(3.0, gt=1)          # sequences whose importance weight leaves [1/cap, cap] are masked
-    kl_coef: float = Field(0.0, ge=0)         # 0: no KL term and no reference model loaded
+    clip_low: float = Field(0.2, gt=0, lt=1, description=(
+        "PPO ratio clip below 1 for negative advantages (1 - clip_low); larger allows bigger steps away"))
+    clip_high: float = Field(0.28, gt=0, description=(
+        "PPO ratio clip above 1 for positive advantages (DAPO's clip-higher); larger keeps rare tokens "
+        "rising, at the cost of less stable steps"))
+    is_cap: float = Field(3.0, gt=1, description=(
+        "sequences whose importance weight (learner vs behaviour logprobs) leaves [1/cap, cap] are masked; "
+        "lower drops more off-policy samples, higher lets engine mismatch into the gradient"))
+    kl_coef: float = Field(0.0, ge=0, description=(
+        "weight of the KL term to the reference (base or init_adapter) model; 0 loads no reference model "
+        "(memory, one forward saved), higher holds the policy nearer its start"))
 
 
 class LoraSettings(_Strict):
     """The LoRA adapter the learner trains (PEFT `LoraConfig`)."""
 
-    rank: int = Field(16, ge=1)
-    alpha: float = Field(32.0, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
+    rank: int = Field(16, ge=1, description=(
+        "LoRA rank r: trainable parameters and adapter size grow with it; vLLM needs policy.vllm.max_lora_rank >= r"))
+    alpha: float = Field(32.0, gt=0, description=(
+        "LoRA alpha: the update is scaled by alpha / rank, so it sets the step size together with learner.lr"))
+    dropout: float = Field(0.0, ge=0, lt=1, description=(
+        "dropout on the LoRA input during training; 0 keeps the learner's logprobs equal to the generator's"))
     target_modules: list[str] = Field(default_factory=lambda: [
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], description=(
+        "module names (or dotted suffixes) that get an adapter, PEFT's rule; more modules, more capacity and memory"))
 
     @field_validator("target_modules")
     @classmethod
