@@ -620,12 +620,18 @@ class LearnerConfig(_Strict):
 class TrainConfig(_Strict):
     """`rl-kernels train`: when to stop, and how often to checkpoint."""
 
-    max_steps: int | None = Field(30, ge=1)
-    time_budget_s: float | None = Field(None, gt=0)
-    batch_timeout_s: float = Field(5.0, gt=0)       # the learner's wait per get_batch call
-    checkpoint_every: int = Field(10, ge=1)         # learner steps between checkpoints
-    keep_checkpoints: int = Field(3, ge=1)
-    ready_timeout_s: float = Field(900.0, gt=0)     # learner up (model loaded, engine built)
+    max_steps: int | None = Field(30, ge=1, description=(
+        "learner steps after which training ends, a resumed run's earlier steps included; None: time_budget_s only"))
+    time_budget_s: float | None = Field(None, gt=0, description=(
+        "seconds of production (from the graph being up, setup excluded) after which the learner stops; groups "
+        "already sampling still finish and are kept, so the job ends up to one group's latency later"))
+    batch_timeout_s: float = Field(5.0, gt=0, description=(
+        "seconds the learner waits per request for a batch before checking its stop conditions again"))
+    checkpoint_every: int = Field(10, ge=1, description=(
+        "learner steps between checkpoints; fewer loses less on a crash, each costs a DeepSpeed save"))
+    keep_checkpoints: int = Field(3, ge=1, description="newest checkpoints kept on disk; older ones are deleted")
+    ready_timeout_s: float = Field(900.0, gt=0, description=(
+        "seconds to wait for the learner actor to be up (model loaded, engine built) before failing"))
 
     @model_validator(mode="after")
     def _stops(self) -> "TrainConfig":
