@@ -32,7 +32,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory):   # noqa: ANN201 - (policy,
 
     model_dir = resolve_model("SmolLM2-135M-Instruct")
     root = tmp_path_factory.mktemp("adapters")
-    adapters = [save_learner_like_lora(model_dir, root / f"v{k}", seed=k, std=0.01) for k in (1, 2, 3)]
+    # B drawn with std 0.02: an effect on the probe (~0.17 nats/token) well above 1.5 times the engines' base
+    # gap (~0.05), so the check decides (policy.delivery_noise_multiple); std 0.01 moved it by 0.088
+    adapters = [save_learner_like_lora(model_dir, root / f"v{k}", seed=k, std=0.02) for k in (1, 2, 3)]
     learner = PeftScorer(model_dir, adapters[0], torch.bfloat16)   # the learner's dtype on a GPU
     write_probe(adapters[0], learner.probe(probe_token_ids(AutoTokenizer.from_pretrained(model_dir))))
     cfg = PolicyConfig(backend="vllm", device="cuda", model=str(model_dir),
@@ -47,7 +49,8 @@ def test_a_group_from_a_checked_adapter(setup) -> None:   # noqa: ANN001
     policy.load_adapter(1, adapters[0])
     (group,) = policy.generate([PROMPT], SamplingParams(max_new_tokens=200, temperature=1.0, n=4, seed=7), 1)
     check = policy.checks[-1]
-    print(f"delivery check v1: share {check.share:.4f} of an effect of {check.shift:.5f} nats/token")
+    print(f"delivery check v1: share {check.share:.4f} of an effect of {check.shift:.5f} nats/token, "
+          f"base gap {check.base_gap:.5f}")
     assert check.version == 1 and check.conclusive and check.delivered, policy.checks
     assert len(group) == 4 and len({tuple(c.token_ids) for c in group}) == 4
     stops = set(policy.backend._stop_ids)
