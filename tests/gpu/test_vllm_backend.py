@@ -32,8 +32,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory):   # noqa: ANN201 - (policy,
 
     model_dir = resolve_model("SmolLM2-135M-Instruct")
     root = tmp_path_factory.mktemp("adapters")
-    # B drawn with std 0.02: an effect on the probe (~0.17 nats/token) well above 1.5 times the engines' base
-    # gap (~0.05), so the check decides (policy.delivery_noise_multiple); std 0.01 moved it by 0.088
+    # B drawn with std 0.02: std 0.01 moved the probe by 0.088 nats/token, only 1.7 times the engines' base gap
+    # (0.051 in a train run); about twice that stands clear of policy.delivery_noise_multiple (1.5), so the
+    # check decides
     adapters = [save_learner_like_lora(model_dir, root / f"v{k}", seed=k, std=0.02) for k in (1, 2, 3)]
     learner = PeftScorer(model_dir, adapters[0], torch.bfloat16)   # the learner's dtype on a GPU
     write_probe(adapters[0], learner.probe(probe_token_ids(AutoTokenizer.from_pretrained(model_dir))))
