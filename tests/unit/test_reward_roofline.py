@@ -6,7 +6,8 @@ import math
 import pytest
 
 from rl_kernels.config import RewardConfig, RooflineConfig
-from rl_kernels.evaluation.reward import correct_reward, measurement_reward, noise_floor, shrink_log_speedup
+from rl_kernels.evaluation.reward import (correct_reward, measurement_reward, noise_floor, shrink_log_speedup,
+                                         split_training_reward, training_reward)
 from rl_kernels.evaluation.roofline import device_peaks, min_time_ms
 from rl_kernels.types import Measurement
 
@@ -64,3 +65,17 @@ def test_an_unstable_measurement_keeps_the_correct_reward_but_no_speedup() -> No
                     extra={"unstable_measurement": {"candidate_spread": 0.02, "baseline_spread": 0.6}})
     assert measurement_reward(m, cfg) == pytest.approx(cfg.correct_base)
     assert measurement_reward(dataclasses.replace(m, speedup=0.3), cfg) == pytest.approx(cfg.correct_base)
+
+
+def test_a_training_reward_splits_into_its_gate_and_speed_term() -> None:
+    cfg = RewardConfig(correct_base=3.0, format_reward=0.01, compile_reward=0.03)
+    fast = Measurement(task="t", backend="cpu", mode="module", compiled=True, correct=True, speedup=2.0)
+    fast = dataclasses.replace(fast, reward=measurement_reward(fast, cfg))
+    gate, speed = split_training_reward(training_reward(fast, cfg), fast, cfg)
+    assert gate == 3.0 and speed == pytest.approx(math.log(2.0) - math.log(1.03))
+    flagged = dataclasses.replace(fast, flagged="speedup_ceiling")       # correct, but its speed is not believed
+    flagged = dataclasses.replace(flagged, reward=measurement_reward(flagged, cfg))
+    assert split_training_reward(training_reward(flagged, cfg), flagged, cfg) == (0.0, None)
+    built = Measurement(task="t", backend="cpu", mode="module", compiled=True)   # failed after building
+    assert split_training_reward(training_reward(built, cfg), built, cfg) == (0.03, None)
+    assert split_training_reward(0.0, None, cfg) == (0.0, None)                  # no code extracted
