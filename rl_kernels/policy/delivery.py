@@ -177,9 +177,11 @@ class DeliveryCheckedPolicy:
                        "adapter_unchecked": 0}
 
     def load_adapter(self, version: int, path: Path) -> None:
-        self.backend.load_adapter(version, path)
+        # Pending before the backend has it: a generation that arrives while the load runs (another
+        # concurrency group of the actor) must not find the version loaded and unchecked.
         with self._lock:
             self._pending[version] = Path(path)
+        self.backend.load_adapter(version, path)
 
     def loaded_versions(self) -> list[int]:
         return self.backend.loaded_versions()

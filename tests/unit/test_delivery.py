@@ -155,6 +155,28 @@ def test_a_generation_during_a_check_waits_for_its_verdict(published: tuple[Path
     assert outcomes == ["refused", "refused"] and policy.stats()["adapter_check_failures"] == 2
 
 
+def test_a_generation_while_the_adapter_loads_is_checked(published: tuple[Path, Path]) -> None:
+    """The generator actor loads adapters in their own concurrency group: a generation that arrives
+    once the backend holds the version but before load_adapter has returned must still check it."""
+    model_dir, v1 = published
+    loaded, release = threading.Event(), threading.Event()
+
+    class SlowLoad(HFPolicy):   # holds load_adapter after the backend has the version
+        def load_adapter(self, version: int, path: Path) -> None:
+            super().load_adapter(version, path)
+            loaded.set()
+            release.wait(30)
+
+    policy = DeliveryCheckedPolicy(SlowLoad(model_dir), tolerance=0.25, min_shift=1e-3)
+    loading = threading.Thread(target=policy.load_adapter, args=(1, v1))
+    loading.start()
+    assert loaded.wait(30)
+    policy.generate(PROMPTS[:1], PARAMS, 1)
+    assert policy.stats()["adapter_checks"] == 1     # checked, not sampled unchecked
+    release.set()
+    loading.join(30)
+
+
 def test_an_effect_inside_the_engines_numerics_is_inconclusive() -> None:
     """A bf16 learner's first step moves the probe by rounding noise as large as the gap between two
     engines on the base: no engine can tell that adapter from the base, so the check must not judge."""
