@@ -258,12 +258,14 @@ def delivery_gauges(generator_stats: list[dict[str, Any]]) -> dict[str, float]:
     keys = ("adapter_checks", "adapter_check_failures", "adapter_inconclusive", "adapter_unchecked")
     out = {f"policy/delivery/{k.removeprefix('adapter_')}": float(sum(g.get(k, 0) for g in generator_stats))
            for k in keys}
-    shares = [g["adapter_share_worst"] for g in generator_stats
-              if not math.isnan(g.get("adapter_share_worst", math.nan))]
-    gaps = [g["adapter_base_gap_last"] for g in generator_stats
-            if not math.isnan(g.get("adapter_base_gap_last", math.nan))]
+    shares, gaps = _measured(generator_stats, "adapter_share_worst"), _measured(generator_stats, "adapter_base_gap_last")
     return (out | ({"policy/delivery/share_worst": max(shares, key=lambda x: abs(x - 1.0))} if shares else {})
             | ({"policy/delivery/base_gap": max(gaps)} if gaps else {}))
+
+
+def _measured(generator_stats: list[dict[str, Any]], key: str) -> list[float]:
+    """`key` of every generator that has measured it (nan, or absent for a simulated one, when not)."""
+    return [g[key] for g in generator_stats if not math.isnan(g.get(key, math.nan))]
 
 
 def _progress_bar(cfg: Config) -> Any:

@@ -75,7 +75,7 @@ class Probe:
     @property
     def shift(self) -> float:
         """Mean |adapter - base| logprob on the probe (nats per token): the adapter's own effect."""
-        return sum(abs(a - b) for a, b in zip(self.adapter_logprobs, self.base_logprobs)) / len(self.base_logprobs)
+        return _mean_abs_gap(self.adapter_logprobs, self.base_logprobs)
 
 
 @dataclass(frozen=True)
@@ -143,9 +143,14 @@ def compare(version: int, probe: Probe, served: list[float], served_base: list[f
     generator = [s - b for s, b in zip(served, served_base)]                        # [n]
     energy = sum(x * x for x in learner)
     share = sum(g * x for g, x in zip(generator, learner)) / energy if energy > 0 else float("nan")
-    base_gap = sum(abs(s - b) for s, b in zip(served_base, probe.base_logprobs)) / n
+    base_gap = _mean_abs_gap(served_base, probe.base_logprobs)
     return DeliveryCheck(version, share, _correlation(generator, learner), probe.shift, tolerance, min_shift,
                          base_gap, noise_multiple)
+
+
+def _mean_abs_gap(a: list[float], b: list[float]) -> float:
+    """Mean |a - b| over two per-token logprob lists of one length (nats per token)."""
+    return sum(abs(x - y) for x, y in zip(a, b)) / len(b)
 
 
 def _correlation(a: list[float], b: list[float]) -> float:
