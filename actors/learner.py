@@ -39,7 +39,8 @@ class LearnerActor:
 
             self.trainer = GrpoTrainer(cfg.policy.model, cfg.learner, cfg.grpo, temperature=cfg.policy.temperature,
                                        total_steps=cfg.train.max_steps, init_adapter=cfg.policy.init_adapter,
-                                       host=host_share(cfg.eval), reward=cfg.eval.reward)
+                                       host=host_share(cfg.eval), reward=cfg.eval.reward,
+                                       probe_magnify_to=cfg.policy.delivery_magnify_to)
         self.step = 0
         self.version = 0
         self._checkpoint_versions: dict[int, int] = {}   # checkpoint step -> its policy version

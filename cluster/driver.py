@@ -252,10 +252,12 @@ class Driver:
 
 
 def delivery_gauges(generator_stats: list[dict[str, Any]]) -> dict[str, float]:
-    """The adapter delivery checks of every generator (rl_kernels/policy/delivery.py), summed, the
+    """The adapter delivery checks of every generator (rl_kernels/policy/delivery.py), summed (those
+    that judged a magnified copy of the adapter counted apart as well), the
     share of the learner's adapter effect farthest from 1 that any of them measured, and the largest
     last base gap (the numerics a conclusive check must stand out of)."""
-    keys = ("adapter_checks", "adapter_check_failures", "adapter_inconclusive", "adapter_unchecked")
+    keys = ("adapter_checks", "adapter_check_failures", "adapter_inconclusive", "adapter_unchecked",
+            "adapter_magnified")
     out = {f"policy/delivery/{k.removeprefix('adapter_')}": float(sum(g.get(k, 0) for g in generator_stats))
            for k in keys}
     shares, gaps = _measured(generator_stats, "adapter_share_worst"), _measured(generator_stats, "adapter_base_gap_last")

@@ -204,5 +204,6 @@ class RoundsStage:
         if self.trainer is None:
             cfg = self.ctx.cfg
             init = Path(cfg.policy.init_adapter) if cfg.policy.init_adapter else None
-            self.trainer = SftTrainer(cfg.policy.model, cfg.learner, init_adapter=init, lr=cfg.selftrain.lr)
+            self.trainer = SftTrainer(cfg.policy.model, cfg.learner, init_adapter=init, lr=cfg.selftrain.lr,
+                                      probe_magnify_to=cfg.policy.delivery_magnify_to)
         return self.trainer

@@ -16,6 +16,8 @@ import math
 import os
 import random
 import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,8 @@ import torch
 
 from rl_kernels.learner.batch import MicroBatch
 from rl_kernels.config import LearnerConfig
-from rl_kernels.policy.delivery import Probe, next_token_logprobs, probe_token_ids, write_probe
+from rl_kernels.policy.delivery import (MAGNIFICATION_STEP, MAX_MAGNIFICATION, Probe, mean_abs_gap,
+                                        next_token_logprobs, probe_token_ids, write_probe)
 from rl_kernels.policy.factory import torch_dtype
 from rl_kernels.policy.models import load_causal_lm, missing_lora_targets, resolve_model
 
@@ -168,29 +171,68 @@ def grad_norm_then_step(pe: PolicyEngine) -> float:
     return norm
 
 
-def save_adapter_with_probe(pe: PolicyEngine, directory: Path, model: str) -> None:
+def save_adapter_with_probe(pe: PolicyEngine, directory: Path, model: str, magnify_to: float = 0.0) -> None:
     """The trained adapter as a PEFT directory, with the probe generators check it against before
-    they sample from it (rl_kernels/policy/delivery.py)."""
+    they sample from it (rl_kernels/policy/delivery.py); `magnify_to` as in `adapter_probe`."""
     save_trained(pe, directory)
     from transformers import AutoTokenizer
 
-    write_probe(directory, adapter_probe(pe, probe_token_ids(AutoTokenizer.from_pretrained(resolve_model(model)))))
+    token_ids = probe_token_ids(AutoTokenizer.from_pretrained(resolve_model(model)))
+    write_probe(directory, adapter_probe(pe, token_ids, magnify_to))
 
 
 @torch.no_grad()
-def adapter_probe(pe: PolicyEngine, token_ids: list[int]) -> Probe:
-    """The probe sequence's logprobs under the adapter and under the base (temperature 1, eval mode so
-    LoRA dropout is off), computed by the engine that trains."""
+def adapter_probe(pe: PolicyEngine, token_ids: list[int], magnify_to: float = 0.0) -> Probe:
+    """The probe of the engine that trains (eval mode, so LoRA dropout is off): see `probe_of`."""
     ids = torch.tensor([token_ids], dtype=torch.long, device=next(pe.model.parameters()).device)   # [1, L]
     training = pe.engine.training
     pe.engine.eval()
     try:
-        adapter = _sequence_logprobs(pe, ids)
-        with pe.model.disable_adapter():
-            base = _sequence_logprobs(pe, ids)
+        return probe_of(pe.model, lambda: _sequence_logprobs(pe, ids), token_ids, magnify_to)
     finally:
         pe.engine.train(training)
-    return Probe(token_ids=list(token_ids), adapter_logprobs=adapter, base_logprobs=base)
+
+
+@torch.no_grad()
+def probe_of(model: Any, logprobs: Callable[[], list[float]], token_ids: list[int], magnify_to: float) -> Probe:
+    """The probe sequence's logprobs (temperature 1) under a PEFT `model`'s adapter and under its base;
+    `logprobs()` runs the model on the probe as it stands. When the adapter moves them by less than
+    `magnify_to` nats/token on average, also under the adapter with its LoRA scaling magnified 4, 16,
+    64, ... times, up to the first factor that moves them that far (policy.delivery_magnify_to; 0
+    never magnifies)."""
+    adapter = logprobs()
+    with model.disable_adapter():
+        base = logprobs()
+    factor, magnified = 1.0, adapter
+    while mean_abs_gap(magnified, base) < magnify_to and factor < MAX_MAGNIFICATION:
+        factor *= MAGNIFICATION_STEP
+        with _lora_scaling_times(model, factor):
+            magnified = logprobs()
+    if factor == 1.0:
+        return Probe(token_ids=list(token_ids), adapter_logprobs=adapter, base_logprobs=base)
+    return Probe(token_ids=list(token_ids), adapter_logprobs=adapter, base_logprobs=base, magnification=factor,
+                 magnified_logprobs=magnified)
+
+
+@contextmanager
+def _lora_scaling_times(model: Any, factor: float) -> Iterator[None]:
+    """Every LoRA layer's scaling (alpha / r) multiplied by `factor`, restored on exit: the update
+    B @ A times `factor` without touching a weight (so under every ZeRO stage), which is what a
+    generator serves from the adapter files with lora_alpha times `factor`."""
+    from peft.tuners.lora import LoraLayer
+
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    if not layers:
+        raise ValueError("the model has no LoRA layers to magnify")
+    saved = [dict(m.scaling) for m in layers]
+    try:
+        for m in layers:
+            m.scaling.update({name: value * factor for name, value in m.scaling.items()})
+        yield
+    finally:
+        for m, scaling in zip(layers, saved):
+            m.scaling.clear()
+            m.scaling.update(scaling)
 
 
 def _sequence_logprobs(pe: PolicyEngine, ids: torch.Tensor) -> list[float]:

@@ -44,9 +44,11 @@ class SftTrainer:
     """Owns the model, the LoRA adapter and the DeepSpeed engine of one warm-start process."""
 
     def __init__(self, model: str, cfg: LearnerConfig, *, total_steps: int | None = None,
-                 init_adapter: Path | None = None, lr: float | None = None, full: bool = False) -> None:
+                 init_adapter: Path | None = None, lr: float | None = None, full: bool = False,
+                 probe_magnify_to: float = 0.0) -> None:
         """`lr` replaces cfg.lr (supervised stages set their own; unset, GRPO's learner.lr); `full`
-        trains every weight instead of a LoRA adapter (save with `save_model`)."""
+        trains every weight instead of a LoRA adapter (save with `save_model`); `probe_magnify_to` is
+        policy.delivery_magnify_to, for the probe published with each adapter."""
         cfg = cfg if lr is None else cfg.model_copy(update={"lr": lr})
         init_distributed(cfg.device)
         self.cfg = cfg
@@ -54,6 +56,7 @@ class SftTrainer:
         self.device = torch.device(cfg.device)
         self.pe = build_policy_engine(model, cfg, lambda s: lr_factor(s, cfg, total_steps), init_adapter, full)
         self.model_name = model
+        self.probe_magnify_to = probe_magnify_to
 
     def _samples(self, batch: list[EncodedExample]) -> list[Sample]:
         return [Sample(e.prompt_ids, e.answer_ids, [0.0] * len(e.answer_ids), 1.0) for e in batch if e.answer_ids]
@@ -103,7 +106,7 @@ class SftTrainer:
     def save_adapter(self, directory: Path) -> None:
         if self.full:
             raise ValueError("a fully fine-tuned model has no adapter: save it with save_model")
-        save_adapter_with_probe(self.pe, directory, self.model_name)
+        save_adapter_with_probe(self.pe, directory, self.model_name, self.probe_magnify_to)
 
     def save_model(self, directory: Path, tokenizer: Any) -> None:
         """The fully fine-tuned weights with the tokenizer: a model directory `policy.model` loads."""

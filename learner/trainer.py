@@ -40,7 +40,9 @@ class GrpoTrainer:
 
     def __init__(self, model: str, cfg: LearnerConfig, grpo: GrpoConfig, *, temperature: float,
                  total_steps: int | None = None, init_adapter: Path | None = None,
-                 host: HostShare | None = None, reward: RewardConfig = RewardConfig()) -> None:
+                 host: HostShare | None = None, reward: RewardConfig = RewardConfig(),
+                 probe_magnify_to: float = 0.0) -> None:
+        """`probe_magnify_to`: policy.delivery_magnify_to, for the probe published with each adapter."""
         init_distributed(cfg.device)
         self.cfg, self.grpo, self.temperature = cfg, grpo, temperature
         self.reward = reward   # where a correct kernel's reward splits into base and speed
@@ -51,6 +53,7 @@ class GrpoTrainer:
         self.model, self.engine, self.scheduler = self.pe.model, self.pe.engine, self.pe.scheduler
         self.pad_id, self.trainable_params = self.pe.pad_id, self.pe.trainable_params
         self.model_name = model
+        self.probe_magnify_to = probe_magnify_to
 
     # ---- one step -------------------------------------------------------------------------------
     def train_step(self, groups: list[Group], version: int) -> dict[str, float]:
@@ -132,7 +135,7 @@ class GrpoTrainer:
     # ---- adapters and checkpoints ---------------------------------------------------------------
     def save_adapter(self, directory: Path) -> None:
         """The adapter, and the probe generators check it against before sampling from it."""
-        save_adapter_with_probe(self.pe, directory, self.model_name)
+        save_adapter_with_probe(self.pe, directory, self.model_name, self.probe_magnify_to)
 
     def save_checkpoint(self, directory: Path, step: int, client_state: dict[str, Any]) -> Path:
         """DeepSpeed engine state plus `client_state` and the RNGs, under tag `step-{step}`."""

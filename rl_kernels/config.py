@@ -381,6 +381,11 @@ class PolicyConfig(_Strict):
         "learner's base logprobs on the probe (their numerics: ~0.05 nats/token for bf16 vLLM against a bf16 "
         "learner); lower judges effects the numerics can fake (false alarms on a bf16 run's first versions), "
         "higher leaves more versions inconclusive"))
+    delivery_magnify_to: float = Field(0.5, ge=0, description=(
+        "nats per token: when an adapter moves the probe by less, the learner also scores it with the adapter's "
+        "LoRA scaling magnified (x4 steps) until it moves this much, and the generator checks that magnified copy "
+        "of the same files, so small early updates are judged instead of counted inconclusive; it must stand well "
+        "above the engines' numerics (~0.05 for bf16); 0 turns magnification off"))
     vllm: VLLMSettings = Field(default_factory=VLLMSettings)
 
     @field_validator("init_adapter")

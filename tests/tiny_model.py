@@ -133,8 +133,11 @@ class PeftScorer:
         with contextlib.nullcontext() if adapter else self.model.disable_adapter():
             return next_token_logprobs(self.model(input_ids=x).logits[0], x[0], temperature)
 
-    def probe(self, ids: list[int]) -> Probe:
-        return Probe(list(ids), self.logprobs(ids), self.logprobs(ids, adapter=False))
+    def probe(self, ids: list[int], magnify_to: float = 0.0) -> Probe:
+        """The probe as the learner writes it (learner/engine.py's `probe_of`)."""
+        from rl_kernels.learner.engine import probe_of
+
+        return probe_of(self.model, lambda: self.logprobs(ids), ids, magnify_to)
 
 
 # ---- a model that has learned one answer by heart ------------------------------------------------

@@ -19,20 +19,33 @@ adapter's effect, so they average out of `share` instead of adding up as they wo
 absolute difference; numerics on the learner's side (a bf16 learner) do bias it toward 0, so the
 correlation of the two effects is reported beside it.
 
-A check decides only when the learner's effect stands out of the numerics. A bf16 model cannot
-represent a weight change far below its 2^-8 resolution: the first steps from a zero-initialised
-LoRA B move the probe by rounding noise as large as the gap between two engines' logprobs of the
-same base (0.049 nats/token after one step on an H100, vLLM against a bf16 learner, share -0.08,
-correlation -0.07), and such an effect cannot be told from the base by any engine. So the check is
-conclusive only when the learner's effect is at least `policy.delivery_min_shift` and at least
-`policy.delivery_noise_multiple` times that base gap (mean |served base - learner base| on the
-probe); otherwise the version is served and counted as inconclusive. An adapter without a probe
-(made outside the learner) is served and counted as unchecked.
+A small effect cannot be judged as it is. A bf16 model cannot represent a weight change far below
+its 2^-8 resolution: the first steps from a zero-initialised LoRA B move the probe by rounding noise
+(0.049 nats/token after one step on an H100, vLLM against a bf16 learner: share -0.08, correlation
+-0.07; a bf16 hf generator against the same learner code read 0.47 with a base gap of 0). So the
+learner magnifies it: when its adapter moves the probe by less than `policy.delivery_magnify_to`
+nats/token, it also scores the probe with every LoRA layer's scaling multiplied by m (4, 16, 64, ...
+up to the first m that moves it that far; the update B @ A * alpha / r is linear in the scaling) and
+writes m and those logprobs into the probe. The generator then judges the magnified copy: it loads
+the published files once more under the version's number with `lora_alpha` times m in their
+adapter_config.json (the same tensors), scores the probe, loads the published adapter back, checks
+that the version scores the probe as before the swap (so the magnified copy cannot stay in
+service), and asks the question above of the magnified effects. That tests what the plain check
+would (the files, the target modules, the scaling, the engine's loading path) with an effect the
+numerics cannot fake.
+
+Whichever effect is judged, the check is conclusive only when it is at least
+`policy.delivery_min_shift` and `policy.delivery_noise_multiple` times the base gap (mean |served
+base - learner base| on the probe); otherwise (an update that is zero, or below what m = 4^12
+reveals; a probe written with magnification off) the version is served and counted as inconclusive.
+An adapter without a probe (made outside the learner) is served and counted as unchecked.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,6 +54,16 @@ from typing import Any
 from rl_kernels.policy.base import BASE_VERSION, Completion, Messages, PolicyBackend, SamplingParams, adapter_name
 
 PROBE_FILE = "probe.json"
+
+MAGNIFICATION_STEP = 4.0
+"""The learner tries magnifications 4, 16, 64, ... of the adapter's scaling until the probe's effect
+is large enough."""
+MAX_MAGNIFICATION = MAGNIFICATION_STEP ** 12
+"""About 1.7e7: Adam's first steps from a zero LoRA B move it by about the learning rate (1e-5 to
+1e-3), so a larger factor would only magnify an adapter that has not been trained."""
+RESTORED_FRACTION = 0.1
+"""After the magnified check the version's probe scores must be back within this fraction of the
+magnified shift: the published adapter, not the magnified copy, is what the version then serves."""
 
 PROBE_MESSAGES: Messages = [
     {"role": "user", "content": "Write a CUDA kernel that adds two float vectors of length n."},
@@ -65,17 +88,28 @@ class Probe:
     token_ids: list[int]           # [L] the probe sequence
     adapter_logprobs: list[float]  # [L-1] log p(token_ids[i] | prefix), i >= 1, adapter on, temperature 1
     base_logprobs: list[float]     # [L-1] the same with the adapter off
+    magnification: float = 1.0     # the factor on the adapter's LoRA scaling behind magnified_logprobs
+    magnified_logprobs: list[float] | None = None   # [L-1] under the magnified adapter; None: not needed
 
     def __post_init__(self) -> None:
         n = len(self.token_ids) - 1
         if n < 1 or len(self.adapter_logprobs) != n or len(self.base_logprobs) != n:
             raise ValueError(f"a probe of {len(self.token_ids)} tokens needs {n} logprobs per model, got "
                              f"{len(self.adapter_logprobs)} and {len(self.base_logprobs)}")
+        if self.magnified_logprobs is not None and (len(self.magnified_logprobs) != n or self.magnification <= 1):
+            raise ValueError(f"a magnified probe needs {n} logprobs and a magnification above 1, got "
+                             f"{len(self.magnified_logprobs)} at {self.magnification}")
 
     @property
     def shift(self) -> float:
         """Mean |adapter - base| logprob on the probe (nats per token): the adapter's own effect."""
-        return _mean_abs_gap(self.adapter_logprobs, self.base_logprobs)
+        return mean_abs_gap(self.adapter_logprobs, self.base_logprobs)
+
+    def magnified(self) -> Probe | None:
+        """The probe of the magnified adapter (its logprobs as the adapter's), when there is one."""
+        if self.magnified_logprobs is None:
+            return None
+        return Probe(self.token_ids, self.magnified_logprobs, self.base_logprobs)
 
 
 @dataclass(frozen=True)
@@ -90,6 +124,7 @@ class DeliveryCheck:
     min_shift: float  # below it the check cannot tell the adapter from the base
     base_gap: float = 0.0         # mean |served base - learner base| on the probe: the engines' numerics
     noise_multiple: float = 0.0   # the effect must be this many base gaps to decide
+    magnification: float = 1.0    # the factor on the adapter's scaling in this check (1: as published)
 
     @property
     def conclusive(self) -> bool:
@@ -115,6 +150,24 @@ def next_token_logprobs(logits: Any, ids: Any, temperature: float = 1.0) -> list
     return logp.gather(-1, ids[1:, None])[:, 0].cpu().tolist()           # [L-1]
 
 
+def write_magnified_adapter(source: Path, factor: float, target: Path) -> Path:
+    """A PEFT adapter directory at `target` whose update is `factor` times `source`'s: the same
+    tensor files (linked), `lora_alpha` and every `alpha_pattern` entry multiplied by `factor`. LoRA
+    scales B @ A by alpha / r (or alpha / sqrt(r)), so every engine applies `factor` times the update."""
+    source, target = Path(source), Path(target)
+    config = json.loads((source / "adapter_config.json").read_text())
+    if "lora_alpha" not in config:
+        raise AdapterDeliveryError(f"{source}/adapter_config.json has no lora_alpha: not a LoRA adapter")
+    config["lora_alpha"] = config["lora_alpha"] * factor
+    config["alpha_pattern"] = {k: v * factor for k, v in (config.get("alpha_pattern") or {}).items()}
+    target.mkdir(parents=True)
+    for item in source.iterdir():
+        if item.name not in ("adapter_config.json", PROBE_FILE):
+            os.symlink(item.resolve(), target / item.name)
+    (target / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    return target
+
+
 def write_probe(directory: Path, probe: Probe) -> None:
     (Path(directory) / PROBE_FILE).write_text(json.dumps(asdict(probe)))
 
@@ -132,7 +185,7 @@ def read_probe(directory: Path) -> Probe | None:
 
 
 def compare(version: int, probe: Probe, served: list[float], served_base: list[float], tolerance: float,
-            min_shift: float, noise_multiple: float = 0.0) -> DeliveryCheck:
+            min_shift: float, noise_multiple: float = 0.0, magnification: float = 1.0) -> DeliveryCheck:
     """The check's numbers from the generator's logprobs of the probe under the version (`served`)
     and under the base (`served_base`); raises nothing (see `DeliveryCheckedPolicy`)."""
     n = len(probe.adapter_logprobs)
@@ -143,12 +196,12 @@ def compare(version: int, probe: Probe, served: list[float], served_base: list[f
     generator = [s - b for s, b in zip(served, served_base)]                        # [n]
     energy = sum(x * x for x in learner)
     share = sum(g * x for g, x in zip(generator, learner)) / energy if energy > 0 else float("nan")
-    base_gap = _mean_abs_gap(served_base, probe.base_logprobs)
+    base_gap = mean_abs_gap(served_base, probe.base_logprobs)
     return DeliveryCheck(version, share, _correlation(generator, learner), probe.shift, tolerance, min_shift,
-                         base_gap, noise_multiple)
+                         base_gap, noise_multiple, magnification)
 
 
-def _mean_abs_gap(a: list[float], b: list[float]) -> float:
+def mean_abs_gap(a: list[float], b: list[float]) -> float:
     """Mean |a - b| over two per-token logprob lists of one length (nats per token)."""
     return sum(abs(x - y) for x, y in zip(a, b)) / len(b)
 
@@ -179,7 +232,7 @@ class DeliveryCheckedPolicy:
         self._pending: dict[int, Path] = {}     # loaded, not yet checked
         self.checks: list[DeliveryCheck] = []
         self.counts = {"adapter_checks": 0, "adapter_check_failures": 0, "adapter_inconclusive": 0,
-                       "adapter_unchecked": 0}
+                       "adapter_unchecked": 0, "adapter_magnified": 0}
 
     def load_adapter(self, version: int, path: Path) -> None:
         # Pending before the backend has it: a generation that arrives while the load runs (another
@@ -224,17 +277,45 @@ class DeliveryCheckedPolicy:
             self.counts["adapter_unchecked"] += 1
             return
         served = self.backend.score(probe.token_ids, version)
-        check = compare(version, probe, served, self.backend.score(probe.token_ids, BASE_VERSION),
-                        self.tolerance, self.min_shift, self.noise_multiple)
+        served_base = self.backend.score(probe.token_ids, BASE_VERSION)
+        magnified = probe.magnified()
+        if magnified is None:
+            check = compare(version, probe, served, served_base, self.tolerance, self.min_shift, self.noise_multiple)
+        else:   # the learner found the plain effect too small to judge reliably
+            served_magnified = self._score_magnified(version, path, probe.magnification, probe.token_ids, served)
+            check = compare(version, magnified, served_magnified, served_base, self.tolerance, self.min_shift,
+                            self.noise_multiple, probe.magnification)
         self.checks.append(check)
         self.counts["adapter_checks"] += 1
+        if check.magnification != 1:
+            self.counts["adapter_magnified"] += 1
         if not check.conclusive:
             self.counts["adapter_inconclusive"] += 1
         if not check.delivered:
             self.counts["adapter_check_failures"] += 1   # still pending: a retry checks again
             raise AdapterDeliveryError(
                 f"{adapter_name(version)} from {path} is not what the learner published: on the probe the generator "
-                f"reproduces {check.share:.2f} of the learner's adapter effect ({check.shift:.4f} nats/token, "
+                f"reproduces {check.share:.2f} of the learner's adapter effect ({check.shift:.4f} nats/token"
+                + (f" with the adapter magnified {check.magnification:g}x" if check.magnification != 1 else "") + ", "
                 f"correlation {check.correlation:.2f}, engines' base gap {check.base_gap:.4f}; delivered means 1 +- "
                 f"{check.tolerance})"
                 + (" -- the generator serves the base model?" if abs(check.share) < check.tolerance else ""))
+
+    def _score_magnified(self, version: int, path: Path, factor: float, token_ids: list[int],
+                         served: list[float]) -> list[float]:
+        """The probe's logprobs with the version's files magnified `factor` times, served under the
+        version's own number (so through its loading path); the published adapter is loaded back and
+        must score the probe as it did before (`served`)."""
+        with tempfile.TemporaryDirectory(prefix=f"{adapter_name(version)}-magnified-") as tmp:
+            magnified = write_magnified_adapter(path, factor, Path(tmp) / "adapter")
+            self.backend.load_adapter(version, magnified)
+            try:
+                scores = self.backend.score(token_ids, version)
+            finally:
+                self.backend.load_adapter(version, path)
+        after, moved = mean_abs_gap(self.backend.score(token_ids, version), served), mean_abs_gap(scores, served)
+        if after > RESTORED_FRACTION * moved:
+            raise AdapterDeliveryError(
+                f"{adapter_name(version)}: after its magnified check the generator does not serve {path} again (the "
+                f"probe moved {after:.4f} nats/token from its first scores, the magnified copy {moved:.4f})")
+        return scores

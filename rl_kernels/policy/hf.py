@@ -72,7 +72,7 @@ class HFPolicy:
         )
         self._base = base
         self._model: torch.nn.Module = base
-        self._adapters: OrderedDict[int, None] = OrderedDict()  # LRU order, most recent last
+        self._adapters: OrderedDict[int, Path] = OrderedDict()  # version -> its files, LRU order, most recent last
         self._max_adapters = max_loaded_adapters
         self._batch_size = batch_size
         self._lock = threading.RLock()
@@ -84,23 +84,34 @@ class HFPolicy:
             return [BASE_VERSION, *sorted(self._adapters)]
 
     def load_adapter(self, version: int, path: Path) -> None:
-        """Load `path` as `policy-v{version}`; loading a version already present only refreshes
-        its recency (so a retried announcement is harmless)."""
+        """Load `path` as `policy-v{version}`. Loading a version again from the same path only
+        refreshes its recency (so a retried announcement is harmless); from another path it
+        replaces the version's weights (a version re-published after a resume, the delivery
+        check's magnified copy), after the generation sampling from it, if any, has ended."""
         if version <= BASE_VERSION:
             raise ValueError(f"adapter versions start at 1 (0 is the base model), got {version}")
         path = Path(path)
         if not (path / "adapter_config.json").is_file():
             raise FileNotFoundError(f"no PEFT adapter at {path} (adapter_config.json missing)")
         with self._lock:
-            if version in self._adapters:
+            known = self._adapters.get(version)
+            if known == path:
                 self._adapters.move_to_end(version)
                 return
-            if isinstance(self._model, PeftModel):
-                self._add(version, path)
+            if isinstance(self._model, PeftModel) and (known is None or version != self._in_use):
+                self._replace(version, path)
                 return
-        with self._sampling, self._lock:   # wrapping the base model's modules: no generation may run
-            if version not in self._adapters:
-                self._add(version, path)
+        # Wrapping the base model's modules, or replacing the version being sampled: no generation may run.
+        with self._sampling, self._lock:
+            if self._adapters.get(version) != path:
+                self._replace(version, path)
+
+    def _replace(self, version: int, path: Path) -> None:
+        """Caller holds `_lock`: the version's adapter, if loaded, deleted; `path` added under its name."""
+        if version in self._adapters:
+            del self._adapters[version]
+            self._model.delete_adapter(adapter_name(version))
+        self._add(version, path)
 
     def _add(self, version: int, path: Path) -> None:
         """Caller holds `_lock`.  An adapter added to a PeftModel is injected inactive, so a
@@ -113,7 +124,7 @@ class HFPolicy:
         else:
             self._model = PeftModel.from_pretrained(self._base, str(path), adapter_name=name)
         self._model.eval()
-        self._adapters[version] = None
+        self._adapters[version] = path
         self._evict_excess()
 
     def _evict_excess(self) -> None:

@@ -86,3 +86,32 @@ def test_an_adapter_that_is_not_the_learners_stops_sampling(setup, tmp_path: Pat
     with pytest.raises(AdapterDeliveryError, match="policy-v4 .* is not what the learner published") as failed:
         policy.generate([PROMPT], SamplingParams(max_new_tokens=8, n=2), 4)
     print(f"delivery check of the zeroed adapter: {failed.value}")
+
+
+def test_a_small_update_is_checked_through_a_magnified_copy(setup, tmp_path: Path) -> None:   # noqa: ANN001
+    """An adapter whose effect hides in bf16 numerics (B of std 1e-4, like the first steps from a zero B):
+    the check judges the same files magnified under the version's number, then serves them as published."""
+    from transformers import AutoTokenizer
+
+    policy, model_dir, _, _ = setup
+    small = save_learner_like_lora(model_dir, tmp_path / "small", seed=5, std=1e-4)
+    probe = PeftScorer(model_dir, small, torch.bfloat16).probe(
+        probe_token_ids(AutoTokenizer.from_pretrained(model_dir)), magnify_to=0.5)
+    write_probe(small, probe)
+    policy.load_adapter(5, small)
+    policy.generate([PROMPT], SamplingParams(max_new_tokens=8, n=2, seed=3), 5)
+    check = policy.checks[-1]
+    print(f"magnified check v5: effect {probe.shift:.5f} nats/token as published, magnified {check.magnification:g}x "
+          f"{check.shift:.4f}; share {check.share:.4f}, correlation {check.correlation:.4f}, base gap {check.base_gap:.5f}")
+    assert check.version == 5 and check.magnification == probe.magnification > 1
+    assert check.conclusive and check.delivered and abs(check.share - 1) < 0.25, check
+    dropped = tmp_path / "dropped"   # the same probe, an engine that drops the update
+    shutil.copytree(small, dropped)
+    from safetensors.torch import load_file, save_file
+
+    w = load_file(dropped / "adapter_model.safetensors")
+    save_file({k: v * 0 if "lora_B" in k else v for k, v in w.items()}, dropped / "adapter_model.safetensors")
+    policy.load_adapter(6, dropped)
+    with pytest.raises(AdapterDeliveryError, match="policy-v6 .* magnified") as failed:
+        policy.generate([PROMPT], SamplingParams(max_new_tokens=8, n=2), 6)
+    print(f"magnified check of the dropped update: {failed.value}")

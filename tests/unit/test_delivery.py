@@ -18,19 +18,17 @@ from rl_kernels.learner.publish import publish_adapter
 from rl_kernels.learner.trainer import GrpoTrainer
 from rl_kernels.policy import SamplingParams
 from rl_kernels.policy.delivery import (PROBE_FILE, AdapterDeliveryError, DeliveryCheckedPolicy, Probe, compare,
-                                        read_probe)
+                                        read_probe, write_magnified_adapter)
 from rl_kernels.policy.hf import HFPolicy
 from rl_kernels.trajectories import Group, Trajectory
 
 PARAMS = SamplingParams(max_new_tokens=6, n=4, seed=0)
 
 
-@pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The tiny model and a version-1 adapter its learner published after one step."""
-    model_dir = save_tiny_llama(tmp_path_factory.mktemp("tiny"))
-    run = tmp_path_factory.mktemp("run")
-    trainer = GrpoTrainer(str(model_dir), LearnerConfig(lr=0.05, micro_batch_size=8), GrpoConfig(), temperature=1.0)
+def _publish(model_dir: Path, run: Path, lr: float, magnify_to: float = 0.0) -> Path:
+    """The learner's version-1 adapter after one GRPO step at `lr`, with its probe."""
+    trainer = GrpoTrainer(str(model_dir), LearnerConfig(lr=lr, micro_batch_size=8), GrpoConfig(), temperature=1.0,
+                          probe_magnify_to=magnify_to)
     sampler = HFPolicy(model_dir)
     comps = sampler.generate(PROMPTS[:1], SamplingParams(max_new_tokens=6, n=8, seed=1), 0)[0]
     group = Group(group_id="g", task_id="toy", policy_version=0, prompt_token_ids=list(comps[0].prompt_token_ids),
@@ -38,7 +36,22 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
                                            token_ids=list(c.token_ids), logprobs=list(c.logprobs), truncated=False)
                                 for i, c in enumerate(comps)])
     trainer.train_step([group], 0)
-    return model_dir, publish_adapter(trainer.save_adapter, run, 1)
+    return publish_adapter(trainer.save_adapter, run, 1)
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny model and a version-1 adapter its learner published after one step."""
+    model_dir = save_tiny_llama(tmp_path_factory.mktemp("tiny"))
+    return model_dir, _publish(model_dir, tmp_path_factory.mktemp("run"), lr=0.05)
+
+
+@pytest.fixture(scope="module")
+def small(published: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A version-1 adapter after one step at lr 1e-5 (an effect far below any check's threshold), its
+    probe magnified to 0.05 nats/token."""
+    model_dir, _ = published
+    return model_dir, _publish(model_dir, tmp_path_factory.mktemp("small"), lr=1e-5, magnify_to=0.05)
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -196,10 +209,93 @@ def test_the_generators_checks_become_run_metrics() -> None:
 
     nan = float("nan")
     stats = [{"adapter_checks": 3, "adapter_check_failures": 0, "adapter_inconclusive": 1, "adapter_unchecked": 0,
-              "adapter_share_worst": 0.8, "adapter_base_gap_last": 0.04},
+              "adapter_magnified": 2, "adapter_share_worst": 0.8, "adapter_base_gap_last": 0.04},
              {"adapter_checks": 2, "adapter_check_failures": 1, "adapter_inconclusive": 0, "adapter_unchecked": 1,
               "adapter_share_worst": 1.1, "adapter_base_gap_last": 0.05},
              {"generate_calls": 4, "adapter_share_worst": nan}]   # a simulated generator: no checks
     assert delivery_gauges(stats) == {"policy/delivery/checks": 5.0, "policy/delivery/check_failures": 1.0,
                                       "policy/delivery/inconclusive": 1.0, "policy/delivery/unchecked": 1.0,
-                                      "policy/delivery/share_worst": 0.8, "policy/delivery/base_gap": 0.05}
+                                      "policy/delivery/magnified": 2.0, "policy/delivery/share_worst": 0.8, "policy/delivery/base_gap": 0.05}
+
+
+# ---- the magnified check: a small update is judged, not counted inconclusive ----------------------
+def test_a_small_update_is_checked_through_a_magnified_copy(small: tuple[Path, Path]) -> None:
+    model_dir, v1 = small
+    probe = read_probe(v1)
+    assert probe is not None and probe.magnified_logprobs is not None
+    magnified = probe.magnified()
+    assert probe.shift < 0.05 <= magnified.shift and probe.magnification >= 4   # the learner magnified it
+    backend = HFPolicy(model_dir)
+    policy = DeliveryCheckedPolicy(backend, tolerance=0.05, min_shift=0.0)   # judged magnified all the same
+    policy.load_adapter(1, v1)
+    policy.generate(PROMPTS[:1], PARAMS, 1)
+    (check,) = policy.checks
+    assert check.conclusive and check.delivered and check.magnification == probe.magnification
+    assert check.share == pytest.approx(1.0, abs=1e-3) and check.shift == pytest.approx(magnified.shift)
+    assert policy.stats()["adapter_magnified"] == 1 and policy.stats()["adapter_inconclusive"] == 0
+    # the version serves the published adapter again, not the magnified copy
+    served = backend.score(probe.token_ids, 1)
+    assert max(abs(a - b) for a, b in zip(served, probe.adapter_logprobs)) < 1e-4
+    assert backend._adapters[1] == v1
+
+
+def test_a_small_update_the_generator_drops_fails_magnified(small: tuple[Path, Path], tmp_path: Path) -> None:
+    """Served without its update (B zeroed, the learner's probe kept): unmagnified, the two are inside
+    any threshold; magnified, the generator reproduces none of the learner's effect."""
+    model_dir, v1 = small
+    zeroed = _copy(v1, tmp_path / "zeroed")
+    weights = load_file(zeroed / "adapter_model.safetensors")
+    save_file({k: v * 0 if "lora_B" in k else v for k, v in weights.items()}, zeroed / "adapter_model.safetensors")
+    policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.25, min_shift=1e-3)
+    policy.load_adapter(1, zeroed)
+    with pytest.raises(AdapterDeliveryError, match=r"reproduces 0\.00 of the learner's adapter effect "
+                                                   r"\(\d\.\d+ nats/token with the adapter magnified \d+x"):
+        policy.generate(PROMPTS[:1], PARAMS, 1)
+
+
+def test_a_scaling_the_engine_gets_wrong_fails_magnified(small: tuple[Path, Path], tmp_path: Path) -> None:
+    model_dir, v1 = small
+    halved = _copy(v1, tmp_path / "halved")   # the engine reads half the learner's lora_alpha
+    config = json.loads((halved / "adapter_config.json").read_text())
+    (halved / "adapter_config.json").write_text(json.dumps({**config, "lora_alpha": config["lora_alpha"] / 2}))
+    policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.25, min_shift=1e-3)
+    policy.load_adapter(1, halved)
+    with pytest.raises(AdapterDeliveryError, match=r"reproduces 0\.[3-6]\d of the learner's adapter effect"):
+        policy.generate(PROMPTS[:1], PARAMS, 1)
+
+
+def test_a_generator_left_serving_the_magnified_copy_stops(small: tuple[Path, Path]) -> None:
+    model_dir, v1 = small
+
+    class KeepsFirstReload(HFPolicy):   # ignores the load that should put the published files back
+        def load_adapter(self, version: int, path: Path) -> None:
+            if version in self._adapters and "magnified" in str(self._adapters[version]):
+                return
+            super().load_adapter(version, path)
+
+    policy = DeliveryCheckedPolicy(KeepsFirstReload(model_dir), tolerance=0.25, min_shift=1e-3)
+    policy.load_adapter(1, v1)
+    with pytest.raises(AdapterDeliveryError, match=r"policy-v1: after its magnified check the generator does not "
+                                                   r"serve .* again"):
+        policy.generate(PROMPTS[:1], PARAMS, 1)
+
+
+def test_the_magnified_copy_scales_alpha_and_links_the_tensors(small: tuple[Path, Path], tmp_path: Path) -> None:
+    _, v1 = small
+    source = _copy(v1, tmp_path / "source")
+    config = json.loads((source / "adapter_config.json").read_text())
+    (source / "adapter_config.json").write_text(json.dumps({**config, "alpha_pattern": {"q_proj": 4}}))
+    out = write_magnified_adapter(source, 16.0, tmp_path / "x16")
+    magnified = json.loads((out / "adapter_config.json").read_text())
+    assert magnified["lora_alpha"] == config["lora_alpha"] * 16 and magnified["alpha_pattern"] == {"q_proj": 64}
+    assert (out / "adapter_model.safetensors").resolve() == (source / "adapter_model.safetensors").resolve()
+    assert not (out / PROBE_FILE).exists()
+    (source / "adapter_config.json").write_text(json.dumps({"r": 8}))
+    with pytest.raises(AdapterDeliveryError, match="has no lora_alpha"):
+        write_magnified_adapter(source, 4.0, tmp_path / "bad")
+
+
+def test_a_magnified_probe_of_the_wrong_length_is_refused() -> None:
+    with pytest.raises(ValueError, match="magnified probe needs 2 logprobs"):
+        Probe([1, 2, 3], [-1.0, -1.0], [-1.0, -1.0], magnification=4.0, magnified_logprobs=[-1.0])
+
