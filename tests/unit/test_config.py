@@ -1,18 +1,22 @@
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 from pathlib import Path
 
+import pydantic
 import pytest
 
+import rl_kernels.config as config_module
 from rl_kernels.config import ConfigError, dump_config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_yaml_and_dotted_overrides() -> None:
-    cfg = load_config(REPO / "configs" / "local.yaml", ["eval.timing.samples=50", "eval.build.cuda_archs=[sm_80, sm_90a]"])
+    cfg = load_config(REPO / "configs" / "local.yaml",
+                      ["eval.timing.samples=50", "eval.build.cuda_archs=[sm_80, sm_90a]"])
     assert cfg.eval.backend == "cpu"
     assert cfg.eval.timing.samples == 50
     assert cfg.eval.build.cuda_archs == ["sm_80", "sm_90a"]
@@ -67,8 +71,8 @@ def test_cli_tasks_list_and_unknown_task() -> None:
                          capture_output=True, text=True, check=True)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("builtin/")]
     assert len(lines) >= 12 and all("\tmodule\t" in ln for ln in lines)
-    out = subprocess.run([sys.executable, "-m", "rl_kernels.cli", "tasks", "list", "--suite", "hgemm/fp32", "--limit", "3"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "rl_kernels.cli", "tasks", "list", "--suite", "hgemm/fp32",
+                          "--limit", "3"], capture_output=True, text=True, check=True)
     assert "# hgemm/fp32: 1000 tasks" in out.stdout and "hgemm/fp32/64_64_64" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "rl_kernels.cli", "eval", "--task", "builtin/sofmax",
                           "--candidate", str(REPO / "README.md")], capture_output=True, text=True)
@@ -99,3 +103,14 @@ def test_an_initial_adapter_must_be_an_adapter_directory(tmp_path: Path) -> None
         load_config(None, [f"policy.init_adapter={tmp_path}"])
     (tmp_path / "adapter_config.json").write_text("{}")
     assert load_config(None, [f"policy.init_adapter={tmp_path}"]).policy.init_adapter == tmp_path
+
+
+def test_every_config_field_has_a_description() -> None:
+    """Project rule: every config field says in one line what it means, its unit and its trade-off."""
+    models = [obj for obj in vars(config_module).values()
+              if inspect.isclass(obj) and issubclass(obj, pydantic.BaseModel)
+              and obj.__module__ == config_module.__name__]
+    assert models, "no pydantic models found in rl_kernels.config"
+    missing = [f"{model.__name__}.{name}" for model in models for name, info in model.model_fields.items()
+               if not (info.description or "").strip()]
+    assert not missing, f"config fields without a description: {missing}"
