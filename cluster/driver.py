@@ -15,6 +15,7 @@ The components (none of them knows the driver):
   sample a round, fine-tune on its verified samples).
 
     main_loop:
+        status (beside everything below)      a status line whenever nothing was printed for a while
         stage.start()                         resume: learner checkpoint + buffer, or committed rounds
         producer.seed_archive(tasks)          the seed kernels, measured once
         stage.consume(stop)  |  ticker        concurrently: the stage's consumer, metrics every interval
@@ -44,6 +45,7 @@ import ray
 from rl_kernels.archive import KernelArchive
 from rl_kernels.cluster.graph import ProducerGraph, build_graph, kill_graph, start_ray
 from rl_kernels.cluster.producer import GroupProducer
+from rl_kernels.cluster.status import Console, status_line
 from rl_kernels.cluster.versions import PolicyVersions
 from rl_kernels.config import Config, ConfigError, dump_config
 from rl_kernels.metrics import MetricsSink, group_metrics
@@ -143,6 +145,7 @@ class Driver:
         self.ctx: RunContext | None = None     # the components, wired by setup
         self.stage: Stage | None = None
         self.bar: Any = None
+        self.console = Console(progress)
 
     def run(self) -> dict[str, Any]:
         started_ray = start_ray(self.cfg, learner=self.stage_type.LEARNER)
@@ -167,25 +170,25 @@ class Driver:
     async def setup(self) -> None:
         """The actors, then every component on top of them."""
         cfg = self.cfg
-        self.graph = await build_graph(cfg, learner=self.stage_type.LEARNER)
+        self.graph = await build_graph(cfg, learner=self.stage_type.LEARNER, say=self.console.say)
         sink = MetricsSink(self.run_dir, cfg.metrics, run_config=cfg.model_dump(mode="json"),
                            name=self.run_dir.name, resume=self.resume)
         self.bar = _progress_bar(cfg) if self.progress and self.stage_type.BAR else None
         archive = KernelArchive(self.run_dir / "archive.sqlite")
         versions = PolicyVersions(keep=cfg.rollout.max_staleness + 2)
         rng = random.Random(cfg.rollout.seed)
-        producer = GroupProducer(cfg, self.graph, archive, versions, rng, self.bar)
-        say: Callable[[str], None] = (lambda line: print(line, flush=True)) if self.progress else (lambda line: None)
+        producer = GroupProducer(cfg, self.graph, archive, versions, rng, self.bar, self.console)
         self.ctx = RunContext(cfg, self.run_dir, self.resume, self.tasks, self.graph, sink, archive, versions,
-                              producer, rng, time.monotonic(), say)
+                              producer, rng, time.monotonic(), self.console.say)
         self.stage = self.stage_type(self.ctx)   # type: ignore[call-arg]
 
     async def main_loop(self) -> dict[str, Any]:
         ctx, stage = self._wired()
         producer = ctx.producer
+        stop = asyncio.Event()
+        status = asyncio.create_task(self._status(stop))
         await stage.start()
         await producer.seed_archive(self.tasks)
-        stop = asyncio.Event()
         consumer = asyncio.create_task(stage.consume(stop))
         ticker = asyncio.create_task(self._tick(stop))
         in_flight: set[asyncio.Task[None]] = set()
@@ -200,7 +203,7 @@ class Driver:
         if in_flight:
             await asyncio.gather(*in_flight)
         stop.set()
-        await asyncio.gather(consumer, ticker)
+        await asyncio.gather(consumer, ticker, status)
         buf = await ctx.graph.buffer.stats.remote()
         summary = await stage.summary(await self._base_summary(buf))
         ctx.sink.log(producer.gauges(buf, time.monotonic() - ctx.t0) | group_metrics(producer.take_recent()),
@@ -240,6 +243,27 @@ class Driver:
             buf = await ctx.graph.buffer.stats.remote()
             ctx.sink.log(ctx.producer.gauges(buf, time.monotonic() - ctx.t0) | delivery_gauges(gens)
                          | group_metrics(recent), step=stage.metrics_step())
+
+    async def _status(self, stop: asyncio.Event) -> None:
+        """A status line whenever `metrics.status_every_s` passed without a line (cluster/status.py);
+        not beside the progress bar, which shows the groups itself."""
+        every = self.cfg.metrics.status_every_s
+        if not self.progress or self.bar is not None or every <= 0:
+            return
+        ctx, stage = self._wired()
+        producer, graph = ctx.producer, ctx.graph
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), max(every - self.console.quiet_for(), 1.0))
+            except asyncio.TimeoutError:
+                pass
+            if stop.is_set() or self.console.quiet_for() < every:
+                continue
+            queues = {"generate": graph.generators.waiting, "compile": graph.compilers.waiting,
+                      "time": graph.timers.waiting}
+            now = time.monotonic()
+            self.console.say(status_line(now - ctx.t0, list(producer.in_flight.values()), producer.activity, queues,
+                                         producer.tally.groups, stage.metrics_step(), producer.versions.current, now))
 
     async def _base_summary(self, buf: dict[str, Any]) -> dict[str, Any]:
         ctx, _ = self._wired()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -151,7 +152,7 @@ async def build_graph(cfg: Config, *, learner: bool, say: Callable[[str], None] 
     pg = await reserve(plan, cfg.cluster.placement_timeout_s)
     created: list[Any] = []
     try:
-        return await _create(cfg, plan, pg, learner, created)
+        return await _create(cfg, plan, pg, learner, created, say)
     except BaseException:
         for actor in created:            # nothing half-built keeps its bundle or its device lock
             ray.kill(actor, no_restart=True)
@@ -160,7 +161,7 @@ async def build_graph(cfg: Config, *, learner: bool, say: Callable[[str], None] 
 
 
 async def _create(cfg: Config, plan: PlacementPlan, pg: PlacementGroup, learner: bool,
-                  created: list[Any]) -> ProducerGraph:
+                  created: list[Any], say: Callable[[str], None]) -> ProducerGraph:
     c, res, sim = cfg.cluster, cfg.cluster.gpu_resource, cfg.cluster.simulate
     buffer = ReplayBufferActor.options(max_restarts=0).remote(
         # The staleness unit is the groups consumed per published version.
@@ -181,11 +182,25 @@ async def _create(cfg: Config, plan: PlacementPlan, pg: PlacementGroup, learner:
             cfg, cfg.rollout.max_staleness + 2)
     extra = [trainer] if trainer is not None else []
     created += [buffer, *compilers, *timers, *generators, *extra]
-    pings = [buffer.stats.remote()] + [a.ready.remote() for a in [*compilers, *timers, *generators, *extra]]
-    await asyncio.wait_for(asyncio.gather(*pings), max(c.ready_timeout_s, cfg.train.ready_timeout_s if learner else 0))
+    roles = [("replay buffer", [buffer.stats.remote()]), ("compile worker", [a.ready.remote() for a in compilers]),
+             ("timer", [a.ready.remote() for a in timers]), ("generator", [a.ready.remote() for a in generators]),
+             ("learner", [a.ready.remote() for a in extra])]
+    await asyncio.wait_for(_ready(roles, say), max(c.ready_timeout_s, cfg.train.ready_timeout_s if learner else 0))
     return ProducerGraph(buffer=buffer, generators=ActorPool("generate", generators, c.generator_slots),
                          compilers=ActorPool("compile", compilers), timers=ActorPool("time", timers),
                          timer_configs=tcfgs, plan=plan, placement_group=pg, learner=trainer)
+
+
+async def _ready(roles: list[tuple[str, list[Any]]], say: Callable[[str], None]) -> None:
+    """Waits for every actor's ready ping; a line per role when its last actor is up (a generator
+    loading its model or starting its engine can take minutes: the user sees which one is left)."""
+    t0 = time.monotonic()
+
+    async def role(name: str, pings: list[Any]) -> None:
+        await asyncio.gather(*pings)
+        say(f"ready: {len(pings)} {name}{'s' if len(pings) != 1 else ''} ({time.monotonic() - t0:.0f} s)")
+
+    await asyncio.gather(*(role(name, pings) for name, pings in roles if pings))
 
 
 def kill_graph(graph: ProducerGraph) -> None:

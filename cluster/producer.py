@@ -24,6 +24,7 @@ from rl_kernels.actors.generator import GENERATOR_FAILED, generate_or_fail
 from rl_kernels.actors.timer import evaluate_or_fail
 from rl_kernels.archive import KernelArchive
 from rl_kernels.cluster.graph import ProducerGraph
+from rl_kernels.cluster.status import Console, GroupProgress
 from rl_kernels.cluster.versions import PolicyVersions
 from rl_kernels.config import Config
 from rl_kernels.policy import Completion
@@ -39,11 +40,15 @@ DRIVER_ERROR = "driver_error"
 
 class GroupProducer:
     """Makes, scores and submits groups on `graph`; counts what it did (`tally`, tokens, evaluations,
-    time spent timing and waiting for slots) and keeps the groups finished since `take_recent`."""
+    time spent timing and waiting for slots), keeps the groups finished since `take_recent` and
+    where each group in flight is (`in_flight`, `activity`: what the job's status line reports)."""
 
     def __init__(self, cfg: Config, graph: ProducerGraph, archive: KernelArchive, versions: PolicyVersions,
-                 rng: random.Random, bar: Any = None) -> None:
+                 rng: random.Random, bar: Any = None, console: Console | None = None) -> None:
         self.cfg, self.graph, self.archive, self.versions, self.rng, self.bar = cfg, graph, archive, versions, rng, bar
+        self.console = console if console is not None else Console()
+        self.in_flight: dict[str, GroupProgress] = {}
+        self.activity: str | None = None      # what the producer does besides groups (measuring the seeds)
         self.tally = Tally()
         self.submitted = 0                    # groups granted a slot so far (ids keep counting across resumes)
         self.errors: list[BaseException] = []
@@ -82,8 +87,9 @@ class GroupProducer:
         """Produce, persist and count one group; None when it failed (its generator, or a bug here)."""
         t0 = time.monotonic()
         buffer = self.graph.buffer
+        progress = self.in_flight[gid] = GroupProgress(task.id, version)
         try:
-            group = await self._produce(gid, version, task)
+            group = await self._produce(gid, version, task, progress)
             if group is None:
                 await buffer.fail_group.remote(gid, GENERATOR_FAILED)
                 return None
@@ -92,16 +98,18 @@ class GroupProducer:
             self.errors.append(exc)
             await buffer.fail_group.remote(gid, DRIVER_ERROR)
             return None
+        finally:
+            del self.in_flight[gid]
         self.tally.add(group, status)
         self._recent.append(group)
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(self.tally.postfix(), refresh=False)
         else:
-            print(group_line(group, status, time.monotonic() - t0), flush=True)
+            self.console.say(group_line(group, status, time.monotonic() - t0))
         return group
 
-    async def _produce(self, gid: str, version: int, task: Task) -> Group | None:
+    async def _produce(self, gid: str, version: int, task: Task, progress: GroupProgress) -> Group | None:
         backend = self.cfg.eval.backend
         prompt = make_prompt(task, backend, self.archive, self.cfg.prompts, self.rng)
         params = sampling_params(self.cfg.policy, seed=self.rng.randrange(2**31))
@@ -109,7 +117,8 @@ class GroupProducer:
         if completions is None:
             return None
         self.tokens += sum(len(c.token_ids) for c in completions)
-        trajs = await self.score(task, completions)
+        progress.phase = "measuring"
+        trajs = await self.score(task, completions, progress)
         return Group(group_id=gid, task_id=task.id, policy_version=version, trajectories=list(trajs),
                      backend=backend, extra={"prompt_mode": prompt.mode,
                                              "exemplar_speedups": prompt.exemplar_speedups},
@@ -124,15 +133,26 @@ class GroupProducer:
                                             restart_timeout_s=c.restart_timeout_s)
         return out[0] if out is not None else None
 
-    async def score(self, task: Task, completions: list[Completion]) -> list[Trajectory]:
+    async def score(self, task: Task, completions: list[Completion],
+                    progress: GroupProgress | None = None) -> list[Trajectory]:
         """Parse every completion, measure the kernels concurrently (each distinct one once, with
-        `rollout.dedupe_group_sources`), and make the group's trajectories in completion order."""
+        `rollout.dedupe_group_sources`), and make the group's trajectories in completion order;
+        `progress` counts the measurements as they finish."""
         parsed = [parse_completion(c.text, task, self.cfg.eval.backend) for c in completions]
         dedupe = self.cfg.rollout.dedupe_group_sources
         # One measurement per key: the source itself when deduplicating, else the completion.
         keys = [(p.code if dedupe else i) if p.code is not None else None for i, p in enumerate(parsed)]
         jobs = {key: p.code for key, p in zip(keys, parsed) if key is not None}
-        measured = dict(zip(jobs, await asyncio.gather(*(self.measure(task, c) for c in jobs.values()))))
+        if progress is not None:
+            progress.kernels = len(jobs)
+
+        async def counted(source: str) -> Measurement:
+            m = await self.measure(task, source)
+            if progress is not None:
+                progress.measured += 1
+            return m
+
+        measured = dict(zip(jobs, await asyncio.gather(*(counted(c) for c in jobs.values()))))
         return [trajectory(i, c, p, measured.get(key) if key is not None else None, self.cfg.eval.reward)
                 for i, (c, p, key) in enumerate(zip(completions, parsed, keys))]
 
@@ -167,7 +187,11 @@ class GroupProducer:
                 log.warning("seed of %s did not enter the archive: %s %s", task.id, m.rejected, m.detail[:300])
 
         if self.cfg.prompts.mode == "contrastive":
-            await asyncio.gather(*(seed(t) for t in tasks))
+            self.activity = f"measuring the seed kernels of {len(tasks)} task(s) for the first prompts' exemplars"
+            try:
+                await asyncio.gather(*(seed(t) for t in tasks))
+            finally:
+                self.activity = None
 
     def gauges(self, buf: dict[str, Any], wall: float) -> dict[str, float]:
         """The pipeline's queues, utilisation and rates (DESIGN.md "Monitoring"); `buf` is the

@@ -737,6 +737,10 @@ class MetricsConfig(_Strict):
     interval_s: float = Field(10.0, gt=0, description=(
         "seconds between the driver's metrics records of pipeline gauges, adapter delivery checks and the "
         "groups finished since; lower gives finer curves and more records"))
+    status_every_s: float = Field(30.0, ge=0, description=(
+        "seconds without a printed line after which the job prints a status line (each group in flight and its "
+        "phase and age, the queues, groups done, step and version); lower shows more of a slow stretch and "
+        "clutters the log more; 0 never prints one"))
 
 
 StdScaling = Literal["none", "group", "batch"]

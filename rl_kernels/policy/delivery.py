@@ -32,7 +32,9 @@ adapter_config.json (the same tensors), scores the probe, loads the published ad
 that the version scores the probe as before the swap (so the magnified copy cannot stay in
 service), and asks the question above of the magnified effects. That tests what the plain check
 would (the files, the target modules, the scaling, the engine's loading path) with an effect the
-numerics cannot fake.
+numerics cannot fake. The copy goes under the version's own number on purpose: under a number of its
+own it would test the loading path but not what the version's number serves (a stale adapter kept
+under a re-published number would pass).
 
 Whichever effect is judged, the check is conclusive only when it is at least
 `policy.delivery_min_shift` and `policy.delivery_noise_multiple` times the base gap (mean |served

@@ -15,6 +15,7 @@ consumed exactly once by the steps the final weights include.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -59,14 +60,18 @@ def _consumptions(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def test_train_then_resume_after_a_lost_step(ray_cluster: Any, model_dir: Path, cache_dir: Path,
-                                             tmp_path: Path) -> None:
+                                             tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     # The session's build cache, as in the rollout tests: the precompiled torch header of the seeds'
     # flags (-O3, ~50 s) is built once per session, not again here.  Nothing below depends on
     # whether a build is a cache hit (the resumed run hits the first run's builds either way).
     run, cache = tmp_path / "run", cache_dir
     # One held-out check, of v3, through the same graph: builtin/gelu held out, two samples.
     first = Driver(LearnStage, _config(run, model_dir, cache, "split.heldout=[builtin/gelu]", "split.samples=2",
-                                "split.eval_every_versions=3")).run()
+                                "split.eval_every_versions=3", "metrics.status_every_s=1")).run()
+    # what the user read while it ran: each role's readiness, then status lines in the silences
+    out = capfd.readouterr().out
+    assert "ready: 1 generator (" in out and "ready: 1 learner (" in out and "ready: 2 compile workers (" in out
+    assert re.search(r"^status \d+s: .*\| queues: generate \d+, compile \d+, time \d+ \| \d+ groups? done", out, re.M), out
 
     assert (first["steps"], first["version"]) == (3, 3)
     versions = {g.group_id: g.policy_version for _, g in read_groups(run)}
