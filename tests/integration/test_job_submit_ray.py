@@ -98,6 +98,10 @@ def head() -> Iterator[Head]:
     started = subprocess.run(
         [RAY, "start", "--head", f"--port={_free_port()}", f"--dashboard-port={dashboard}", "--dashboard-host=127.0.0.1",
          f"--ray-client-server-port={_free_port()}", "--num-cpus=6", "--num-gpus=0", f"--temp-dir={temp}",
+         # Ray's fixed default ports for the node's agents: another Ray on this host (a local
+         # `ray.init()` run) holds them, and the head then never gets a job agent.
+         *(f"--{flag}={_free_port()}" for flag in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                   "metrics-export-port", "runtime-env-agent-port")),
          "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=120,
         start_new_session=True)   # the head's processes in a group of their own, ended below
     assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
@@ -106,13 +110,32 @@ def head() -> Iterator[Head]:
     assert len(gcs) == 1, "cannot find the head's gcs_server"
     group = os.getpgid(int(gcs[0].name))
     try:
-        yield Head(f"http://127.0.0.1:{dashboard}", dict(env, RAY_AUTH_TOKEN=token), token, home)
+        ready = Head(f"http://127.0.0.1:{dashboard}", dict(env, RAY_AUTH_TOKEN=token), token, home)
+        _wait_for_job_agent(ready)
+        yield ready
     finally:
         os.killpg(group, signal.SIGTERM)
         if not gone(int(gcs[0].name), 3):
             os.killpg(group, signal.SIGKILL)
         shutil.rmtree(temp, ignore_errors=True)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _wait_for_job_agent(head: Head, timeout_s: float = 180) -> None:
+    """`ray start` returns before the head's job agent has registered; until then a submission is
+    refused with "No available agent to submit job, please try again later" (longer on a loaded
+    machine). So the fixture submits a job that does nothing until one is taken, and waits for it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        res = head.ray("job", "submit", "--address", head.address, "--submission-id", "agent-ready", "--no-wait",
+                       "--", "true")
+        if res.returncode == 0:
+            break
+        assert "No available agent" in res.stderr and time.monotonic() < deadline, res.stderr.strip().splitlines()[-1]
+        time.sleep(2)
+    while head.status("agent-ready") in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, "the head's first job did not end"
+        time.sleep(1)
 
 
 def _cmdline(proc: Path) -> str:
