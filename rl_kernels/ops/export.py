@@ -275,13 +275,19 @@ def _decide(library: KernelLibrary, entry: dict[str, Any], device: torch.device,
                                      device, cfg.export.warmup, cfg.export.reps)
     speedup = matmul_ms / op_ms
     what = f"padded to {'x'.join(map(str, entry['pad_to']))}, " if entry.get("pad_to") else ""
-    measured = {"op_ms": round(op_ms, 6), "matmul_ms": round(matmul_ms, 6), "speedup": round(speedup, 4)}
+    # Six significant digits each (fixed decimals cost a 0.02x speedup or a microsecond kernel its precision,
+    # and the manifest's speedup would then disagree with its own times).
+    measured = {"op_ms": _sig(op_ms), "matmul_ms": _sig(matmul_ms), "speedup": _sig(speedup)}
     if speedup >= cfg.export.min_speedup:
         return {**entry, **measured,
                 "reason": f"{what}{speedup:.3f}x torch.matmul at export ({op_ms:.4f} vs {matmul_ms:.4f} ms)"}
     return {**entry, **measured, "path": "matmul",
             "reason": f"{what}the kernel measured {speedup:.3f}x torch.matmul at export, below min_speedup "
                       f"{cfg.export.min_speedup}"}
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.6g}")
 
 
 @contextlib.contextmanager
