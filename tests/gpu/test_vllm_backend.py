@@ -45,6 +45,16 @@ def setup(tmp_path_factory: pytest.TempPathFactory):   # noqa: ANN201 - (policy,
     policy.backend.close()
 
 
+def _update_dropped(adapter: Path, out: Path) -> Path:
+    """A copy of `adapter` (probe included) with every LoRA B zeroed: what an engine dropping the update serves."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(adapter, out)
+    w = load_file(out / "adapter_model.safetensors")
+    save_file({k: v * 0 if "lora_B" in k else v for k, v in w.items()}, out / "adapter_model.safetensors")
+    return out
+
+
 def test_a_group_from_a_checked_adapter(setup) -> None:   # noqa: ANN001
     policy, _, adapters, learner = setup
     policy.load_adapter(1, adapters[0])
@@ -76,12 +86,7 @@ def test_old_versions_are_evicted_from_the_engine(setup) -> None:   # noqa: ANN0
 
 def test_an_adapter_that_is_not_the_learners_stops_sampling(setup, tmp_path: Path) -> None:   # noqa: ANN001
     policy, _, adapters, _ = setup
-    zeroed = tmp_path / "zeroed"
-    shutil.copytree(adapters[0], zeroed)   # the learner's probe, an adapter that changes nothing
-    from safetensors.torch import load_file, save_file
-
-    w = load_file(zeroed / "adapter_model.safetensors")
-    save_file({k: v * 0 if "lora_B" in k else v for k, v in w.items()}, zeroed / "adapter_model.safetensors")
+    zeroed = _update_dropped(adapters[0], tmp_path / "zeroed")   # the learner's probe, an adapter changing nothing
     policy.load_adapter(4, zeroed)
     with pytest.raises(AdapterDeliveryError, match="policy-v4 .* is not what the learner published") as failed:
         policy.generate([PROMPT], SamplingParams(max_new_tokens=8, n=2), 4)
@@ -102,15 +107,11 @@ def test_a_small_update_is_checked_through_a_magnified_copy(setup, tmp_path: Pat
     policy.generate([PROMPT], SamplingParams(max_new_tokens=8, n=2, seed=3), 5)
     check = policy.checks[-1]
     print(f"magnified check v5: effect {probe.shift:.5f} nats/token as published, magnified {check.magnification:g}x "
-          f"{check.shift:.4f}; share {check.share:.4f}, correlation {check.correlation:.4f}, base gap {check.base_gap:.5f}")
+          f"{check.shift:.4f}; share {check.share:.4f}, correlation {check.correlation:.4f}, "
+          f"base gap {check.base_gap:.5f}")
     assert check.version == 5 and check.magnification == probe.magnification > 1
     assert check.conclusive and check.delivered and abs(check.share - 1) < 0.25, check
-    dropped = tmp_path / "dropped"   # the same probe, an engine that drops the update
-    shutil.copytree(small, dropped)
-    from safetensors.torch import load_file, save_file
-
-    w = load_file(dropped / "adapter_model.safetensors")
-    save_file({k: v * 0 if "lora_B" in k else v for k, v in w.items()}, dropped / "adapter_model.safetensors")
+    dropped = _update_dropped(small, tmp_path / "dropped")   # the same probe, an engine that drops the update
     policy.load_adapter(6, dropped)
     with pytest.raises(AdapterDeliveryError, match="policy-v6 .* magnified") as failed:
         policy.generate([PROMPT], SamplingParams(max_new_tokens=8, n=2), 6)

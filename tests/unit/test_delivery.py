@@ -59,6 +59,14 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _scaled_b_copy(src: Path, dst: Path, factor: float) -> Path:
+    """The adapter (and its probe) with every LoRA B times `factor`: 0 is an engine that drops the update."""
+    _copy(src, dst)
+    weights = load_file(dst / "adapter_model.safetensors")
+    save_file({k: v * factor if "lora_B" in k else v for k, v in weights.items()}, dst / "adapter_model.safetensors")
+    return dst
+
+
 def test_the_learner_publishes_a_probe_and_its_adapter_passes(published: tuple[Path, Path]) -> None:
     model_dir, v1 = published
     probe = read_probe(v1)
@@ -77,9 +85,7 @@ def test_the_learner_publishes_a_probe_and_its_adapter_passes(published: tuple[P
 
 def test_weights_other_than_the_learners_fail_with_the_version(published: tuple[Path, Path], tmp_path: Path) -> None:
     model_dir, v1 = published
-    zeroed = _copy(v1, tmp_path / "zeroed")                # what an engine that drops the update serves
-    weights = load_file(zeroed / "adapter_model.safetensors")
-    save_file({k: v * 0 if "lora_B" in k else v for k, v in weights.items()}, zeroed / "adapter_model.safetensors")
+    zeroed = _scaled_b_copy(v1, tmp_path / "zeroed", 0)                # what an engine that drops the update serves
     policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.25, min_shift=1e-3)
     policy.load_adapter(2, zeroed)
     with pytest.raises(AdapterDeliveryError, match=r"policy-v2 from .*zeroed is not what the learner published.*"
@@ -95,9 +101,7 @@ def test_a_wrong_scaling_is_a_partial_delivery(published: tuple[Path, Path], tmp
     """A wrong LoRA scaling (B at 0.3 of the learner's): the generator serves an adapter, not the learner's.
     The effect is not linear in B at this adapter's size (a mean shift near 1 nat/token)."""
     model_dir, v1 = published
-    scaled = _copy(v1, tmp_path / "scaled")
-    weights = load_file(scaled / "adapter_model.safetensors")
-    save_file({k: v * 0.3 if "lora_B" in k else v for k, v in weights.items()}, scaled / "adapter_model.safetensors")
+    scaled = _scaled_b_copy(v1, tmp_path / "scaled", 0.3)
     policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.25, min_shift=1e-3)
     policy.load_adapter(3, scaled)
     with pytest.raises(AdapterDeliveryError, match=r"reproduces 0\.\d\d of the learner's adapter effect"):
@@ -134,9 +138,7 @@ def test_a_generation_during_a_check_waits_for_its_verdict(published: tuple[Path
     """Two first generations of a version that does not deliver: the one that arrives while the other
     checks must not sample; it waits and fails with it."""
     model_dir, v1 = published
-    zeroed = _copy(v1, tmp_path / "zeroed")
-    weights = load_file(zeroed / "adapter_model.safetensors")
-    save_file({k: v * 0 if "lora_B" in k else v for k, v in weights.items()}, zeroed / "adapter_model.safetensors")
+    zeroed = _scaled_b_copy(v1, tmp_path / "zeroed", 0)
     scoring, release = threading.Event(), threading.Event()
 
     class SlowScoring(HFPolicy):   # holds the first check inside its scoring until released
@@ -215,7 +217,8 @@ def test_the_generators_checks_become_run_metrics() -> None:
              {"generate_calls": 4, "adapter_share_worst": nan}]   # a simulated generator: no checks
     assert delivery_gauges(stats) == {"policy/delivery/checks": 5.0, "policy/delivery/check_failures": 1.0,
                                       "policy/delivery/inconclusive": 1.0, "policy/delivery/unchecked": 1.0,
-                                      "policy/delivery/magnified": 2.0, "policy/delivery/share_worst": 0.8, "policy/delivery/base_gap": 0.05}
+                                      "policy/delivery/magnified": 2.0, "policy/delivery/share_worst": 0.8,
+                                      "policy/delivery/base_gap": 0.05}
 
 
 # ---- the magnified check: a small update is judged, not counted inconclusive ----------------------
@@ -243,9 +246,7 @@ def test_a_small_update_the_generator_drops_fails_magnified(small: tuple[Path, P
     """Served without its update (B zeroed, the learner's probe kept): unmagnified, the two are inside
     any threshold; magnified, the generator reproduces none of the learner's effect."""
     model_dir, v1 = small
-    zeroed = _copy(v1, tmp_path / "zeroed")
-    weights = load_file(zeroed / "adapter_model.safetensors")
-    save_file({k: v * 0 if "lora_B" in k else v for k, v in weights.items()}, zeroed / "adapter_model.safetensors")
+    zeroed = _scaled_b_copy(v1, tmp_path / "zeroed", 0)
     policy = DeliveryCheckedPolicy(HFPolicy(model_dir), tolerance=0.25, min_shift=1e-3)
     policy.load_adapter(1, zeroed)
     with pytest.raises(AdapterDeliveryError, match=r"reproduces 0\.00 of the learner's adapter effect "
