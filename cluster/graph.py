@@ -67,7 +67,10 @@ def start_ray(cfg: Config, *, learner: bool = False) -> bool:
                     "cpu backend are then taken on a shared device)", num_cpus, cores)
     custom = cfg.cluster.gpu_resource
     resources = {custom: float(_local_gpus(cfg))} if custom != "GPU" else None
-    ray.init(num_cpus=num_cpus, resources=resources, include_dashboard=False, log_to_driver=False)
+    # address="local": a Ray of its own even when another one runs on this host (without it ray.init
+    # joins that one and refuses num_cpus).
+    ray.init(address="local", num_cpus=num_cpus, resources=resources, include_dashboard=False,
+             log_to_driver=False)
     return True
 
 

@@ -34,6 +34,6 @@ def ray_cluster() -> Iterator[None]:
     resources defines its own `ray_cluster`)."""
     import ray
 
-    ray.init(num_cpus=6, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=6, num_gpus=0, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()

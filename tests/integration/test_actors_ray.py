@@ -41,7 +41,7 @@ def _source(kind: str) -> str:
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Any:
-    ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, num_gpus=0, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -32,7 +32,7 @@ from rl_kernels.policy.factory import sampling_params  # noqa: E402
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Any:
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
