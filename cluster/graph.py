@@ -28,6 +28,7 @@ from rl_kernels.actors.generator import GeneratorActor, generator_options
 from rl_kernels.actors.learner import LearnerActor, learner_options
 from rl_kernels.actors.timer import TimerActor, timer_options
 from rl_kernels.cluster.pools import ActorPool
+from rl_kernels.cluster.status import counted
 from rl_kernels.config import Config, EvalConfig
 from rl_kernels.host_share import host_share
 from rl_kernels.placement import NodeSpec, PlacementError, PlacementPlan, Slot, local_ray_cpus, plan_placement
@@ -201,7 +202,7 @@ async def _ready(roles: list[tuple[str, list[Any]]], say: Callable[[str], None])
 
     async def role(name: str, pings: list[Any]) -> None:
         await asyncio.gather(*pings)
-        say(f"ready: {len(pings)} {name}{'s' if len(pings) != 1 else ''} ({time.monotonic() - t0:.0f} s)")
+        say(f"ready: {counted(len(pings), name)} ({time.monotonic() - t0:.0f} s)")
 
     await asyncio.gather(*(role(name, pings) for name, pings in roles if pings))
 

@@ -3,8 +3,8 @@
 A group on the embedded default takes minutes (a 135M model writing four 1200-token answers on two
 cores, then builds and timings), and on a GPU the engine and the learner start for minutes before
 the first group ends: without a line in between, a user cannot tell a slow step from a hung one.
-The producer keeps a `GroupProgress` per group in flight; the driver's ticker prints `status_line`
-when `metrics.status_every_s` passed since the last line of any kind (`Console`).
+The producer keeps a `GroupProgress` per group in flight; the driver's status task prints
+`status_line` when `metrics.status_every_s` passed since the last line of any kind (`Console`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ class Console:
         return self.clock() - self.last
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 group`, `2 groups`: a count for a line the job prints."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
     if seconds < 60:
@@ -62,9 +67,9 @@ def status_line(elapsed: float, groups: list[GroupProgress], activity: str | Non
                                                  f"measuring {g.measured}/{g.kernels} kernels")
                  + f" {_duration(now - g.started)}" for g in oldest[:3]]
         more = f" (+{len(groups) - 3} more)" if len(groups) > 3 else ""
-        flight = f"{len(groups)} group{'s' if len(groups) != 1 else ''} in flight: " + "; ".join(shown) + more
+        flight = f"{counted(len(groups), 'group')} in flight: " + "; ".join(shown) + more
     else:
         flight = activity or "no group in flight (waiting for a slot: the staleness bound or the learner)"
     q = ", ".join(f"{k} {v}" for k, v in queues.items())
-    return (f"status {_duration(elapsed)}: {flight} | queues: {q} | {done} group{'s' if done != 1 else ''} done, "
+    return (f"status {_duration(elapsed)}: {flight} | queues: {q} | {counted(done, 'group')} done, "
             f"step {step}, policy v{version}")

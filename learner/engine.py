@@ -208,10 +208,8 @@ def probe_of(model: Any, logprobs: Callable[[], list[float]], token_ids: list[in
         factor *= MAGNIFICATION_STEP
         with _lora_scaling_times(model, factor):
             magnified = logprobs()
-    if factor == 1.0:
-        return Probe(token_ids=list(token_ids), adapter_logprobs=adapter, base_logprobs=base)
     return Probe(token_ids=list(token_ids), adapter_logprobs=adapter, base_logprobs=base, magnification=factor,
-                 magnified_logprobs=magnified)
+                 magnified_logprobs=magnified if factor > 1 else None)
 
 
 @contextmanager

@@ -109,9 +109,13 @@ class HFPolicy:
     def _replace(self, version: int, path: Path) -> None:
         """Caller holds `_lock`: the version's adapter, if loaded, deleted; `path` added under its name."""
         if version in self._adapters:
-            del self._adapters[version]
-            self._model.delete_adapter(adapter_name(version))
+            self._delete(version)
         self._add(version, path)
+
+    def _delete(self, version: int) -> None:
+        """Caller holds `_lock`."""
+        del self._adapters[version]
+        self._model.delete_adapter(adapter_name(version))
 
     def _add(self, version: int, path: Path) -> None:
         """Caller holds `_lock`.  An adapter added to a PeftModel is injected inactive, so a
@@ -134,8 +138,7 @@ class HFPolicy:
             oldest = next(iter(self._adapters))
             if oldest == self._in_use:
                 return
-            del self._adapters[oldest]
-            self._model.delete_adapter(adapter_name(oldest))
+            self._delete(oldest)
 
     def generate(
         self, prompts: list[Messages], params: SamplingParams, adapter_version: int
