@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import os
 import pickle
 import queue
 from pathlib import Path
@@ -23,6 +24,7 @@ from filelock import FileLock
 
 from rl_kernels.learner.warm_start import REPORT, SFT_DIR, output_name, run_warm_start
 from rl_kernels.config import Config
+from rl_kernels.evaluation.sandbox import die_with_parent
 from rl_kernels.tasks.ladder import LADDER_DIR
 from rl_kernels.tasks.suites import BUILTIN_DIR
 
@@ -89,7 +91,7 @@ def warm_start_in_child(cfg: Config, progress: Callable[[str], None]) -> dict[st
     sets up all go back to the system before stage 3 starts its actors beside this process."""
     ctx = multiprocessing.get_context("spawn")
     messages = ctx.Queue()
-    child = ctx.Process(target=_child, args=(cfg, messages), name="rl-kernels-warm-start")
+    child = ctx.Process(target=_child, args=(cfg, messages, os.getpid()), name="rl-kernels-warm-start")
     child.start()
     try:
         while True:
@@ -112,7 +114,12 @@ def warm_start_in_child(cfg: Config, progress: Callable[[str], None]) -> dict[st
             child.kill()
 
 
-def _child(cfg: Config, messages: Any) -> None:
+def _child(cfg: Config, messages: Any, parent: int) -> None:
+    # A killed `train` (SIGTERM or SIGKILL skip the parent's cleanup) must not leave stage 1 training
+    # on, holding the cores and gigabytes the next job needs.
+    die_with_parent()
+    if os.getppid() != parent:
+        return
     try:
         messages.put(("report", run_warm_start(cfg, lambda line: messages.put(("line", line)))))
     except BaseException as exc:  # noqa: BLE001 - relayed to the parent, which raises it

@@ -5,6 +5,11 @@ and its answers parsed, everything reported in run_dir/sft/."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +116,52 @@ def test_full_fine_tuning_writes_a_model_that_train_loads_as_its_policy(tmp_path
     assert len(moved) > len(base.state_dict()) // 2                  # every weight trained, not an adapter
     started = start_from(cfg, warm)
     assert started.policy.model == str(warm.output) and started.policy.init_adapter is None
+
+
+_PARENT = """
+import multiprocessing, sys
+from rl_kernels.config import load_config
+from rl_kernels.learner.warm_start_cache import warm_start_in_child
+
+def progress(line):
+    if line.startswith("sft step"):
+        print("CHILD", *(c.pid for c in multiprocessing.active_children()), flush=True)
+
+if __name__ == "__main__":
+    warm_start_in_child(load_config(None, sys.argv[1:]), progress)
+"""
+
+
+def test_a_killed_job_takes_its_warm_start_process_with_it(tmp_path: Path) -> None:
+    """SIGKILL skips every cleanup of the parent: the stage-1 process must end on its own, not keep
+    training beside the next job."""
+    data = tmp_path / "kernels.jsonl"
+    data.write_text(json.dumps({"task": HGEMM, "source": get_task(HGEMM).seeds["cpu"]}) + "\n")
+    model = save_tiny_llama(tmp_path / "tiny")
+    script = tmp_path / "parent.py"
+    script.write_text(_PARENT)
+    parent = subprocess.Popen(
+        [sys.executable, str(script), f"run_dir={tmp_path / 'run'}", f"policy.model={model}", "policy.max_new_tokens=8",
+         "learner.zero_stage=0", f"eval.build.cache_dir={tmp_path / 'cache'}", "sft.epochs=100000",
+         "sft.heldout_fraction=0", "sft.sample_after=0", "sft.max_answer_tokens=64",
+         f'sft.sources=[{{"kind": "jsonl", "path": "{data}"}}]'], stdout=subprocess.PIPE, text=True)
+    try:
+        line = parent.stdout.readline()
+        assert line.startswith("CHILD "), line
+        child = int(line.split()[1])
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), "the warm-start process outlived the job that started it"
+    finally:
+        parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
