@@ -239,11 +239,12 @@ def cmd_export(args: argparse.Namespace, cfg: Config) -> int:
     try:
         if args.verify:
             rows = ex.verify(Path(args.verify), cfg, device)
-            print("| M | N | K | acc | path | speedup at export | speedup now | holds |")
-            print("|---|---|---|---|---|---|---|---|")
+            print("| M | N | K | acc | path | speedup at export | speedup now | capturable at export / now | holds |")
+            print("|---|---|---|---|---|---|---|---|---|")
             for r in rows:
+                capture = f"{r['capturable']} / {r['capturable_now']}" if "capturable_now" in r else "-"
                 print(f"| {r['m']} | {r['n']} | {r['k']} | {r['accumulator']} | {r['path']} | {r.get('speedup') or '-'} | "
-                      f"{r.get('speedup_now') or '-'} | {'yes' if r['holds'] else 'NO: now ' + r['now']} |")
+                      f"{r.get('speedup_now') or '-'} | {capture} | {'yes' if r['holds'] else 'NO: now ' + r['now']} |")
             flipped = sum(not r["holds"] for r in rows)
             print(f"{len(rows) - flipped} of {len(rows)} decisions hold on {device}")
             return 1 if flipped else 0
@@ -265,8 +266,10 @@ def cmd_export(args: argparse.Namespace, cfg: Config) -> int:
     except LibraryError as exc:
         raise ConfigError(str(exc)) from None
     paths = [p["path"] for p in manifest["plan"]]
+    capturable = sum(k["capturable"] is True for k in manifest["kernels"])
     print(f"exported {len(manifest['kernels'])} kernels to {Path(args.out) / name} (pip install {args.out}); plan: "
-          + ", ".join(f"{paths.count(p)} {p}" for p in ("exact", "pad", "matmul")))
+          + ", ".join(f"{paths.count(p)} {p}" for p in ("exact", "pad", "matmul"))
+          + (f"; {capturable} of {len(manifest['kernels'])} kernels capturable in CUDA graphs" if backend == "cuda" else ""))
     return 0
 
 

@@ -996,6 +996,13 @@ class ExportConfig(_Strict):
         "a shape is planned on a larger kernel only when the padded M*N*K is at most this many times its "
         "own; higher tries more padding, which rarely pays past 2x"))
     seed: int = Field(0, description="seed of the random inputs export checks and times with")
+    cpp_dispatch: bool = Field(True, description=(
+        "also build the op's dispatch in C++ (rl_kernels/ops/native/rlk_dispatch.cpp) against this torch: no Python "
+        "per call, but it loads only under the same torch version (elsewhere the Python dispatch runs); needs a "
+        "compiler at export, never at install"))
+    capture_timeout_s: float = Field(120.0, gt=0, description=(
+        "seconds one kernel's CUDA graph probe may take (a child process: torch import, eager calls, a capture, "
+        "a replay); a probe that does not finish marks the kernel not capturable"))
 
 
 class Config(_Strict):

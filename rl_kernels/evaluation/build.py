@@ -351,12 +351,14 @@ def _build_native(work: Path, artifact: Path, files: dict[str, str], compile_fil
 
 
 def build_native_library(name: str, sources: dict[str, str], backend: BackendName, cfg: BuildConfig,
-                         include_dirs: list[str] = (), ldflags: list[str] = ()) -> Build:
-    """Builds `<name>.so` from `sources` (file name -> text; headers are written, not compiled)."""
-    include_dirs, ldflags = list(include_dirs), list(ldflags)
+                         include_dirs: list[str] = (), ldflags: list[str] = (), defines: list[str] = (),
+                         identity: dict[str, str] | None = None) -> Build:
+    """Builds `<name>.so` from `sources` (file name -> text; headers are written, not compiled);
+    `identity` names what else the result depends on (part of the cache key)."""
+    include_dirs, ldflags, defines = list(include_dirs), list(ldflags), list(defines)
     material = {"kind": "native", "name": name, "backend": backend, "sources": sources,
-                "include_dirs": include_dirs, "ldflags": ldflags, "cfg": _flag_material(backend, cfg),
-                "toolchain": _toolchain(backend, cfg)}
+                "include_dirs": include_dirs, "ldflags": ldflags, "defines": defines, "cfg": _flag_material(backend, cfg),
+                "toolchain": _toolchain(backend, cfg), **({"identity": identity} if identity else {})}
     bad = [f for f in sources if "/" in f or f.startswith(".")]
     if bad:
         return _malformed(material, f"source names must be plain file names, got {bad}")
@@ -368,7 +370,16 @@ def build_native_library(name: str, sources: dict[str, str], backend: BackendNam
                      reason=Reason.COMPILE_ERROR.value)
     artifact_name = f"{name}.so"
     return _cached_build(_key(material), artifact_name, cfg, lambda work, art: _build_native(
-        work, art, sources, compile_files, backend, cfg, include_dirs, ldflags))
+        work, art, sources, compile_files, backend, cfg, include_dirs, ldflags, defines))
+
+
+def build_torch_library(name: str, sources: dict[str, str], backend: BackendName, cfg: BuildConfig,
+                        defines: list[str] = ()) -> Build:
+    """A native library against this torch's headers and libraries (e.g. ops registered from C++):
+    it loads only into a process running the same torch build, which the cache key names."""
+    cuda = backend == "cuda"
+    return build_native_library(name, sources, backend, cfg, [*_torch_include_dirs(cuda, cfg), str(NATIVE_DIR)],
+                                _torch_link_flags(cuda, cfg), [*_torch_flags(name), *defines], _torch_identity())
 
 
 def _flag_material(backend: BackendName, cfg: BuildConfig) -> dict:
@@ -391,13 +402,17 @@ _HGEMM_WRAPPER = """\
 #include <torch/extension.h>
 #include <vector>
 #include "rlk_abi.h"
-{helper}
+{stream_header}{helper}
+extern "C" __attribute__((visibility("default"))) int rlk_abi_version(void) {{ return RLK_ABI_VERSION; }}
+
 extern "C" __attribute__((visibility("default"))) int rlk_hgemm(
     const rlk_tensor* a, const rlk_tensor* b, const rlk_tensor* b_col_major, const rlk_tensor* c,
-    char* err, int errlen) {{
+    void* stream, char* err, int errlen) {{
   try {{
+    {guard}
     {views}
     {entry}(ta, tb, tbc, tc);
+    {join}
     return 0;
   }} catch (const std::exception& e) {{
     std::snprintf(err, static_cast<size_t>(errlen), "%s", e.what());
@@ -408,6 +423,15 @@ extern "C" __attribute__((visibility("default"))) int rlk_hgemm(
   }}
 }}
 """
+
+# CUDA artifacts run in the caller's stream order (rlk_stream.h); a cpu artifact has no stream.
+_CUDA_STREAM = {"stream_header": '#include "rlk_stream.h"\n',
+                "guard": "rlk::StreamGuard guard(static_cast<cudaStream_t>(stream));", "join": "guard.join();"}
+_CPU_STREAM = {"stream_header": "", "guard": "(void)stream;", "join": ""}
+
+# Compiled so that a candidate's launches on "the default stream" go to the per-thread stream that
+# rlk_stream.h orders after the caller's (capturable), not to the legacy one (never capturable).
+PER_THREAD_DEFAULT_STREAM = ["--default-stream", "per-thread"]
 
 # Against torch's own headers (the fallback when the shim lacks a header or symbol the candidate
 # uses) the C views become at::Tensors over the same memory; the shim's Tensor wraps them directly.
@@ -422,12 +446,13 @@ static at::Tensor rlk_view(const rlk_tensor* t) {
 """
 
 
-def _hgemm_wrapper(candidate: str, entry: str, torch_headers: bool) -> str:
+def _hgemm_wrapper(candidate: str, entry: str, torch_headers: bool, cuda: bool) -> str:
+    stream = _CUDA_STREAM if cuda else _CPU_STREAM
     if torch_headers:
         views = "at::Tensor ta = rlk_view(a), tb = rlk_view(b), tbc = rlk_view(b_col_major), tc = rlk_view(c);"
-        return _HGEMM_WRAPPER.format(candidate=candidate, entry=entry, helper=_TORCH_VIEW_HELPER, views=views)
+        return _HGEMM_WRAPPER.format(candidate=candidate, entry=entry, helper=_TORCH_VIEW_HELPER, views=views, **stream)
     views = "at::Tensor ta(*a), tb(*b), tbc(*b_col_major), tc(*c);"
-    return _HGEMM_WRAPPER.format(candidate=candidate, entry=entry, helper="", views=views)
+    return _HGEMM_WRAPPER.format(candidate=candidate, entry=entry, helper="", views=views, **stream)
 
 
 # What a shim build's log says when the candidate needs more of torch than the shim has.
@@ -490,24 +515,26 @@ def _build_hgemm(source: str, backend: BackendName, cfg: BuildConfig, allow_libr
         files = {candidate: source, wrapper_name: wrapper}
         # One TU: the wrapper #includes the candidate, so the entry's exact signature, static-ness or
         # default arguments never matter for linking.
-        done = _cached_build(_key({**material, "path": path, "wrapper": wrapper}), HGEMM_ARTIFACT, cfg,
+        done = _cached_build(_key({**material, "path": path, "wrapper": wrapper, "defines": defines}), HGEMM_ARTIFACT, cfg,
                              lambda work, art: _with_evidence(_build_native(
                                  work, art, files, [wrapper_name], backend, cfg, include_dirs, ldflags, defines,
                                  python_symbols=path == "torch"),
                                  [work / f"{wrapper_name}.o"], [art], allow_library, backend))
         return dataclasses.replace(done, path=path)
 
-    shim = build("shim", _hgemm_wrapper(candidate, entry, torch_headers=False),
-                 [str(SHIM_DIR), str(NATIVE_DIR), *extra_includes], [], [])
+    cuda = backend == "cuda"
+    stream_flags = PER_THREAD_DEFAULT_STREAM if cuda else []
+    shim = build("shim", _hgemm_wrapper(candidate, entry, torch_headers=False, cuda=cuda),
+                 [str(SHIM_DIR), str(NATIVE_DIR), *extra_includes], [], stream_flags)
     if not shim.ok and backend == "cuda" and not extra_includes and _CUTLASS_INCLUDE_FAILED.search(shim.log):
         shim.log = f"{CUTLASS_MISSING}\n{shim.log}"
         return shim
     if shim.ok or not _SHIM_TOO_SMALL.search(shim.log):
         return shim
     material["torch"] = _torch_identity()
-    full = build("torch", _hgemm_wrapper(candidate, entry, torch_headers=True),
-                 [*_torch_include_dirs(backend == "cuda", cfg), str(NATIVE_DIR), *extra_includes],
-                 _torch_link_flags(backend == "cuda", cfg), _torch_flags("rlk_hgemm"))
+    full = build("torch", _hgemm_wrapper(candidate, entry, torch_headers=True, cuda=cuda),
+                 [*_torch_include_dirs(cuda, cfg), str(NATIVE_DIR), *extra_includes],
+                 _torch_link_flags(cuda, cfg), [*_torch_flags("rlk_hgemm"), *stream_flags])
     full.log = f"the torch shim lacks what this kernel uses; built against torch's headers\n{full.log}"
     return full
 

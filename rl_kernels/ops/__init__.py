@@ -3,10 +3,13 @@
 
     import rl_kernels.ops as ops
     ops.use("exported/rlk_hgemm_cuda/rlk_hgemm_cuda")   # checked against this host (LibraryError)
-    c = ops.hgemm(a, b)                                 # torch.library op `rl_kernels::hgemm`
+    c = ops.hgemm(a, b)                                 # the library's op (below)
     with ops.patch_linear(model):                       # fp16 nn.Linear layers through the op
         y = model(x)
     ops.explain()                                       # per shape: the path, its measurements, calls
+
+The op is the library's C++ dispatch (`<package>_cpp::hgemm`, built at export against that torch
+version) where it loads, else the Python dispatch `rl_kernels::hgemm` (`active().native_reason`).
 
 The op is registered on first use, so importing this package (the evaluator's workers import the
 kernel loader from `runtime`) registers nothing.  An exported package carries its own copy of
@@ -46,6 +49,10 @@ def active() -> KernelLibrary:
 
 
 def _op() -> Any:
+    """The C++ dispatch of the active library where it loads (no Python per call), else the Python one."""
+    native = active().native_op()
+    if native is not None:
+        return native
     if "op" not in _state:
         _state["op"] = register_op(OP_NAME, active)
     return _state["op"]

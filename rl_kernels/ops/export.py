@@ -189,9 +189,48 @@ def export(candidates: list[Candidate], out: Path, name: str, cfg: Config, shape
             (package / k["file"]).unlink()
     manifest["plan"] = plan
     manifest["kernels"] = [k for k in kernels if k["id"] in used]
+    if cfg.export.cpp_dispatch:
+        manifest["dispatch"] = _dispatch(package, name, backend, cfg, progress)
+    for k in manifest["kernels"]:
+        k.update(_capture_verdict(package / k["file"], k, backend, cfg))
+        progress(f"{k['id']}: {'capturable' if k['capturable'] else 'not capturable'} ({k['capture']})")
     _write_json(package / MANIFEST, manifest)
     _write_package(out, name, manifest)
     return manifest
+
+
+DISPATCH_SOURCE = Path(__file__).with_name("native") / "rlk_dispatch.cpp"
+
+
+def _dispatch(package: Path, name: str, backend: str, cfg: Config, progress: Progress) -> dict[str, Any] | None:
+    """The op's C++ dispatch, built against this torch into the package (cached by content), or None
+    with the reason said when it does not build (the Python dispatch then serves every call)."""
+    from rl_kernels.evaluation.build import build_torch_library
+
+    namespace = f"{name}_cpp"
+    defines = [f"-DRLK_NS={namespace}", *(["-DRLK_WITH_CUDA"] if backend == "cuda" else [])]
+    build = build_torch_library(namespace, {"rlk_dispatch.cpp": DISPATCH_SOURCE.read_text()}, backend, cfg.eval.build,
+                                defines)
+    if not build.ok or build.artifact is None:
+        progress(f"C++ dispatch: not built ({build.reason}), the Python dispatch serves every call:\n{build.log[-2000:]}")
+        return None
+    file = package / "dispatch" / f"{namespace}.so"
+    file.parent.mkdir(exist_ok=True)
+    file.write_bytes(build.artifact)
+    progress(f"C++ dispatch: built ({build.seconds:.1f} s{', cached' if build.cached else ''}), op {namespace}::hgemm")
+    return {"file": file.relative_to(package).as_posix(), "sha256": runtime.file_sha256(file), "namespace": namespace,
+            "torch": torch.__version__}
+
+
+def _capture_verdict(so: Path, kernel: dict[str, Any], backend: str, cfg: Config) -> dict[str, Any]:
+    """Whether the op may take this kernel while a CUDA graph is captured (capture.py's probe, in a
+    child process); cpu kernels have no graphs."""
+    if backend != "cuda":
+        return {"capturable": None, "capture": "cpu kernel: no CUDA graphs"}
+    from rl_kernels.ops.capture import probe_in_child
+
+    found = probe_in_child(so, kernel["m"], kernel["n"], kernel["k"], cfg.export.capture_timeout_s)
+    return {"capturable": bool(found["capturable"]), "capture": str(found["detail"])}
 
 
 def verify(package: Path, cfg: Config, device: torch.device) -> list[dict[str, Any]]:
@@ -204,9 +243,12 @@ def verify(package: Path, cfg: Config, device: torch.device) -> list[dict[str, A
             rows.append({**entry, "now": "matmul", "holds": True})
             continue
         again = _decide(library, entry, device, cfg)
+        kernel = library.kernels[entry["kernel"]]
+        capture = _capture_verdict(library.root / kernel["file"], kernel, library.backend, cfg)
         rows.append({**entry, "op_ms_now": again.get("op_ms"), "matmul_ms_now": again.get("matmul_ms"),
                      "speedup_now": again.get("speedup"), "now": again["path"],
-                     "holds": again["path"] == entry["path"]})
+                     "capturable": kernel.get("capturable"), "capturable_now": capture["capturable"],
+                     "holds": again["path"] == entry["path"] and capture["capturable"] == kernel.get("capturable")})
     return rows
 
 
@@ -358,12 +400,14 @@ def _write_package(out: Path, name: str, manifest: dict[str, Any]) -> None:
 _INIT = '''"""{name}: hgemm kernels exported by rl-kernels on {created} for {device} ({backend}).
 
     import {name}
-    c = {name}.hgemm(a, b)            # a: [M, K], b: [K, N] float16 -> [M, N]; op {name}::hgemm
+    c = {name}.hgemm(a, b)            # a: [M, K], b: [K, N] float16 -> [M, N]
     with {name}.patch_linear(model):  # fp16 nn.Linear layers through the op
         y = model(x)
     {name}.explain()                  # per shape: the path, its export-time measurements, calls
 
-The library is checked against this host on first use (LibraryError when it cannot run here).
+`op()` is the op itself: `{name}_cpp::hgemm`, the dispatch in C++, under the torch version it was
+exported with (where it loads), else the Python dispatch `{name}::hgemm` (`library().native_reason`
+says why).  The library is checked against this host on first use (LibraryError when it cannot run here).
 """
 
 from pathlib import Path
@@ -379,7 +423,15 @@ def library() -> KernelLibrary:
     return _state["library"]
 
 
-hgemm = register_op("{name}::hgemm", library)
+_python_op = register_op("{name}::hgemm", library)
+
+
+def op():
+    return library().native_op() or _python_op
+
+
+def hgemm(a, b, b_col_major=None, accumulator="fp32"):
+    return op()(a, b, b_col_major, accumulator)
 
 
 def explain():
@@ -387,10 +439,10 @@ def explain():
 
 
 def patch_linear(model):
-    return _patch_linear(model, library(), hgemm)
+    return _patch_linear(model, library(), op())
 
 
-__all__ = ["KernelLibrary", "LibraryError", "explain", "hgemm", "library", "patch_linear"]
+__all__ = ["KernelLibrary", "LibraryError", "explain", "hgemm", "library", "op", "patch_linear"]
 '''
 
 _PYPROJECT = '''[build-system]
@@ -408,7 +460,7 @@ dependencies = ["torch"]
 packages = ["{name}"]
 
 [tool.setuptools.package-data]
-{name} = ["manifest.json", "kernels/*.so"]
+{name} = ["manifest.json", "kernels/*.so", "dispatch/*.so"]
 '''
 
 _README = '''# {name}

@@ -31,7 +31,8 @@ from typing import Any, Optional
 
 import torch
 
-FORMAT = 1
+FORMAT = 2
+ABI_VERSION = 2   # RLK_ABI_VERSION of native/rlk_abi.h: rlk_hgemm with the caller's stream
 MANIFEST = "manifest.json"
 PATHS = ("exact", "pad", "matmul")
 MAX_DIM = 8
@@ -62,19 +63,33 @@ def load_native_library(so_path: Path) -> ctypes.CDLL:
         raise RuntimeError(f"cannot load native library {so_path}: {exc}") from exc
 
 
-def load_hgemm_entry(so_path: Path) -> HgemmEntry:
-    """Returns f(a, b, b_col_major, c) that runs the kernel's `rlk_hgemm` on torch tensors.
-
-    Per-call cost is four struct packs and one ctypes call (a few µs).  The returned function reuses
-    one argument buffer, so it must not be called from two threads at once.
-    """
+def open_hgemm(so_path: Path) -> Any:
+    """The artifact's `rlk_hgemm` as a ctypes function, after checking it speaks this ABI (the
+    function keeps its library loaded)."""
     lib = load_native_library(so_path)
     try:
         fn = lib.rlk_hgemm
+        version = lib.rlk_abi_version
     except AttributeError as exc:
-        raise RuntimeError(f"{so_path} does not export rlk_hgemm (not an hgemm artifact)") from exc
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_char_p, ctypes.c_int]
+        raise RuntimeError(f"{so_path} does not export rlk_hgemm and rlk_abi_version (not an hgemm artifact "
+                           "of this rl_kernels: build or export it again)") from exc
+    version.restype = ctypes.c_int
+    if version() != ABI_VERSION:
+        raise RuntimeError(f"{so_path} was built for hgemm ABI {version()}, this runtime calls ABI {ABI_VERSION}: "
+                           "build or export it again")
+    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_char_p, ctypes.c_int]
     fn.restype = ctypes.c_int
+    return fn
+
+
+def load_hgemm_entry(so_path: Path) -> HgemmEntry:
+    """Returns f(a, b, b_col_major, c) that runs the kernel's `rlk_hgemm` on torch tensors, in the
+    order of torch's current stream on their device (under CUDA graph capture too, rlk_stream.h).
+
+    Per-call cost is four struct packs, a stream lookup and one ctypes call (a few µs).  The returned
+    function reuses one argument buffer, so it must not be called from two threads at once.
+    """
+    fn = open_hgemm(so_path)
     size = _RLK_TENSOR.size
     args = ctypes.create_string_buffer(4 * size)
     base = ctypes.addressof(args)
@@ -97,10 +112,19 @@ def load_hgemm_entry(so_path: Path) -> HgemmEntry:
         _fill(size, b)
         _fill(2 * size, b_col_major)
         _fill(3 * size, c)
-        if fn(addrs[0], addrs[1], addrs[2], addrs[3], err, _ERR_LEN) != 0:
+        stream = _current_stream(c.device) if c.device.type == "cuda" else None
+        if fn(addrs[0], addrs[1], addrs[2], addrs[3], stream, err, _ERR_LEN) != 0:
             raise RuntimeError(err.value.decode(errors="replace"))
 
     return hgemm
+
+
+def _current_stream(device: torch.device) -> int:
+    """The raw cudaStream_t of torch's current stream on `device` (0: the legacy default stream)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # ~10x cheaper than the public call
+    if raw is not None:
+        return raw(device.index if device.index is not None else torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def file_sha256(path: Path) -> str:
@@ -158,7 +182,8 @@ class KernelLibrary:
         except json.JSONDecodeError as exc:
             raise LibraryError(f"{path} is not valid JSON ({exc}): the library is corrupted; export it again") from None
         if manifest.get("format") != FORMAT:
-            raise LibraryError(f"{path}: format {manifest.get('format')!r}, this runtime reads format {FORMAT}")
+            raise LibraryError(f"{path}: format {manifest.get('format')!r}, this runtime reads format {FORMAT} "
+                               "(kernels of another hgemm ABI): export the library again")
         self.manifest = manifest
         self.backend: str = manifest["backend"]
         _check_host(manifest, path, allow_other_cpu)
@@ -172,6 +197,11 @@ class KernelLibrary:
                 raise LibraryError(f"kernel {k['id']} ({k['task']}): {file} is corrupted (sha256 {digest[:16]}..., "
                                    f"the manifest says {k['sha256'][:16]}...); export the library again")
             self.kernels[k["id"]] = k
+        self.dispatch: dict[str, Any] | None = manifest.get("dispatch")   # the C++ dispatch, when exported
+        if self.dispatch is not None:
+            file = self.root / self.dispatch["file"]
+            if not file.is_file() or file_sha256(file) != self.dispatch["sha256"]:
+                raise LibraryError(f"{file}: the C++ dispatch is missing or corrupted; export the library again")
         self.plan: dict[Key, dict[str, Any]] = {}
         for p in manifest["plan"]:
             if p["path"] not in PATHS or (p["path"] != "matmul" and p.get("kernel") not in self.kernels):
@@ -180,15 +210,19 @@ class KernelLibrary:
         self._entries: dict[str, HgemmEntry] = {}
         self._lock = threading.Lock()   # a loaded entry reuses one argument buffer
         self.calls: Counter[tuple[int, int, int, str, str, str]] = Counter()
+        self._native: Any = None          # torch.ops.<namespace> of the loaded C++ dispatch
+        self._native_fns: list[Any] = []  # its kernels' ctypes functions, which keep their libraries loaded
+        self.native_reason: str | None = None   # why the C++ dispatch is not used here, once asked
 
-    def choose(self, a: torch.Tensor, b: torch.Tensor, accumulator: str = "fp32") -> Choice:
-        """The path for a @ b: the plan's, when the call is one the plan measured."""
+    def choose(self, a: torch.Tensor, b: torch.Tensor, accumulator: str = "fp32", capturing: bool = False) -> Choice:
+        """The path for a @ b: the plan's, when the call is one the plan measured (and, while a CUDA
+        graph is being captured, only when export captured and replayed that kernel correctly)."""
         if a.dim() != 2 or b.dim() != 2:
             return Choice("matmul", reason=f"{a.dim()}-d @ {b.dim()}-d: the kernels take 2-d operands")
         if a.shape[1] != b.shape[0]:
             return Choice("matmul", reason="shapes do not multiply (torch.matmul raises)")
         if a.dtype != torch.float16 or b.dtype != torch.float16:
-            return Choice("matmul", reason=f"{a.dtype} @ {b.dtype}: the kernels take float16")
+            return Choice("matmul", reason=f"{_dtype_name(a.dtype)} @ {_dtype_name(b.dtype)}: the kernels take float16")
         if a.device.type != self.backend or b.device != a.device:
             return Choice("matmul", reason=f"operands on {a.device} and {b.device}: the kernels are {self.backend} kernels")
         if not (a.is_contiguous() and b.is_contiguous()):
@@ -201,13 +235,17 @@ class KernelLibrary:
         if entry["path"] == "matmul":
             return Choice("matmul", reason=entry["reason"])
         kernel = self.kernels[entry["kernel"]]
+        if capturing and kernel.get("capturable") is not True:
+            return Choice("matmul", reason=_capture_reason(entry["kernel"], kernel))
         return Choice(entry["path"], entry["kernel"], (kernel["m"], kernel["n"], kernel["k"]), entry["reason"])
 
     def hgemm(self, a: torch.Tensor, b: torch.Tensor, b_col_major: torch.Tensor | None = None,
               accumulator: str = "fp32") -> torch.Tensor:
         """a @ b through the chosen path.  `b_col_major` (b's [N, K] transpose, contiguous, e.g. an
-        nn.Linear weight) saves the transpose copy the kernels' ABI otherwise costs per call."""
-        choice = self.choose(a, b, accumulator)
+        nn.Linear weight) saves the transpose copy the kernels' ABI otherwise costs per call.  Under CUDA
+        graph capture a call is counted once, when captured (replays do not come through here)."""
+        capturing = a.is_cuda and torch.cuda.is_current_stream_capturing()
+        choice = self.choose(a, b, accumulator, capturing)
         m, n = (a.shape[0], b.shape[-1]) if a.dim() == 2 and b.dim() == 2 else (-1, -1)
         k = a.shape[-1] if a.dim() else -1
         self.calls[(m, n, k, accumulator, choice.path, choice.reason)] += 1
@@ -233,15 +271,52 @@ class KernelLibrary:
             entry(a_p, b_p, b_p.t().contiguous().view(kp, np_), c_p)
         return c_p[:m, :n].contiguous()
 
+    def native_op(self) -> Any:
+        """The C++ dispatch's op (`<namespace>::hgemm`, same arguments as `hgemm`) with this library's
+        plan, or None where it cannot load here (`native_reason` says why; the Python dispatch then runs)."""
+        if self._native is not None or self.native_reason is not None:
+            return None if self._native is None else self._native.hgemm
+        d = self.dispatch
+        if d is None:
+            self.native_reason = "this library was exported without the C++ dispatch (export.cpp_dispatch=false)"
+        elif d["torch"] != torch.__version__:
+            self.native_reason = f"the C++ dispatch was built for torch {d['torch']}, this is torch {torch.__version__}"
+        else:
+            self.native_reason = _load_dispatch(d["namespace"], (self.root / d["file"]).resolve())
+        if self.native_reason is not None:
+            log.info("%s: Python dispatch (%s)", self.root, self.native_reason)
+            return None
+        ops = getattr(torch.ops, d["namespace"])
+        for (m, n, k, acc), entry in self.plan.items():
+            address, shape, reason = 0, (0, 0, 0), entry.get("reason", "")
+            capturable = False
+            if entry["path"] != "matmul":
+                kernel = self.kernels[entry["kernel"]]
+                fn = open_hgemm(self.root / kernel["file"])
+                self._native_fns.append(fn)
+                address = ctypes.cast(fn, ctypes.c_void_p).value or 0
+                shape = (kernel["m"], kernel["n"], kernel["k"])
+                capturable = kernel.get("capturable") is True
+                reason = _capture_reason(entry["kernel"], kernel)
+            ops.set_entry(m, n, k, acc, entry["path"], address, *shape, capturable, reason)
+        self._native = ops
+        return ops.hgemm
+
     def explain(self) -> list[dict[str, Any]]:
-        """Per planned shape: the decision, its measurements and how many calls took it; then every
-        shape that calls brought and the plan did not hold, with the reason they ran torch.matmul."""
+        """Per planned shape: the decision, its measurements and how many calls took it (through either
+        dispatch); then every shape that calls brought and the plan did not hold, with the reason they
+        ran torch.matmul."""
+        calls = Counter(self.calls)
+        if self._native is not None:
+            for line in self._native.calls():
+                m, n, k, acc, path, count, reason = line.split("\t", 6)
+                calls[(int(m), int(n), int(k), acc, path, reason)] += int(count)
         seen: Counter[Key] = Counter()
-        for (m, n, k, acc, path, _), count in self.calls.items():
+        for (m, n, k, acc, path, _), count in calls.items():
             if (m, n, k, acc) in self.plan and path == self.plan[(m, n, k, acc)]["path"]:
                 seen[(m, n, k, acc)] += count
         rows = [dict(entry, calls=seen[key]) for key, entry in sorted(self.plan.items())]
-        for (m, n, k, acc, path, reason), count in sorted(self.calls.items()):
+        for (m, n, k, acc, path, reason), count in sorted(calls.items()):
             if (m, n, k, acc) not in self.plan or path != self.plan[(m, n, k, acc)]["path"]:
                 rows.append({"m": m, "n": n, "k": k, "accumulator": acc, "path": path, "reason": reason,
                              "calls": count})
@@ -257,6 +332,39 @@ class KernelLibrary:
                 raise LibraryError(f"kernel {kernel_id}: {exc}") from exc
             self._entries[kernel_id] = entry
         return entry
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")   # float32; the C++ dispatch writes the same
+
+
+def _capture_reason(kernel_id: str, kernel: dict[str, Any]) -> str:
+    return f"CUDA graph capture: kernel {kernel_id} is not capturable ({kernel.get('capture', 'not probed at export')})"
+
+
+_LOADED_DISPATCH: dict[str, Path] = {}   # namespace -> the file this process loaded it from
+
+
+def _load_dispatch(namespace: str, file: Path) -> str | None:
+    """Loads a C++ dispatch once per process; the reason it cannot, or None.  A namespace is
+    registered once per process (torch aborts on a second registration), so a second library file
+    of the same package name is refused rather than loaded."""
+    held = _LOADED_DISPATCH.get(namespace)
+    if held is None:
+        try:
+            torch._C._dispatch_find_schema_or_throw(f"{namespace}::hgemm", "")
+            return f"{namespace}::hgemm is already registered in this process by another library"
+        except RuntimeError:
+            pass
+        try:
+            torch.ops.load_library(str(file))
+        except OSError as exc:
+            return f"the C++ dispatch {file} does not load here: {exc}"
+        _LOADED_DISPATCH[namespace] = file
+        return None
+    if held != file:
+        return f"{namespace} is already loaded in this process from {held} (one library per package name)"
+    return None
 
 
 def _check_host(manifest: dict[str, Any], path: Path, allow_other_cpu: bool) -> None:

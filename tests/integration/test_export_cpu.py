@@ -172,6 +172,82 @@ def test_a_corrupted_missing_or_foreign_library_is_refused_at_load(exported: tup
         KernelLibrary(tmp_path)
 
 
+def test_under_cuda_graph_capture_only_kernels_that_export_captured_take_their_path(
+        exported: tuple[Path, dict]) -> None:
+    """A cpu library has no graphs: every kernel says so, and a call made while capturing would run
+    torch.matmul with that reason; a kernel the probe captured keeps its path."""
+    out, manifest = exported
+    assert all(k["capturable"] is None and k["capture"] == "cpu kernel: no CUDA graphs" for k in manifest["kernels"])
+    lib = KernelLibrary(out / "rlk_test_cpu")
+    a, b = torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    assert lib.choose(a, b).path == "exact"
+    under = lib.choose(a, b, capturing=True)
+    assert under.path == "matmul" and under.reason.startswith("CUDA graph capture: kernel fp32_64_64_64_")
+    assert under.reason.endswith("is not capturable (cpu kernel: no CUDA graphs)")
+    lib.kernels[lib.plan[(64, 64, 64, "fp32")]["kernel"]]["capturable"] = True
+    assert lib.choose(a, b, capturing=True).path == "exact"
+
+
+def test_a_library_of_the_previous_format_is_refused_with_what_to_do(exported: tuple[Path, dict], tmp_path: Path) -> None:
+    out, _ = exported
+    copy = tmp_path / "lib"
+    shutil.copytree(out / "rlk_test_cpu", copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))
+    with pytest.raises(LibraryError, match="format 1, this runtime reads format 2 .*export the library again"):
+        KernelLibrary(copy)
+
+
+def test_the_cpp_dispatch_takes_the_python_dispatchs_decisions_and_results(exported: tuple[Path, dict]) -> None:
+    """The op's C++ dispatch (built at export against this torch) against the Python one: the same
+    path, the same product and the same fallback reason for every kind of call; explain() counts both."""
+    out, manifest = exported
+    assert manifest["dispatch"]["namespace"] == "rlk_test_cpu_cpp" and manifest["dispatch"]["torch"] == torch.__version__
+    lib = KernelLibrary(out / "rlk_test_cpu")
+    native = lib.native_op()
+    assert native is not None, lib.native_reason
+    torch.manual_seed(0)
+    calls = [(torch.randn(m, k).half(), torch.randn(k, n).half()) for m, n, k in
+             ((64, 64, 64), (128, 64, 32), (100, 64, 30), (50, 60, 40), (8, 8, 8))]
+    calls += [(torch.randn(64, 64), torch.randn(64, 64)),                       # float32
+              (torch.randn(64, 64).half().t(), torch.randn(64, 64).half()),      # a transposed view
+              (torch.randn(2, 64, 64).half(), torch.randn(64, 64).half())]       # 3-d
+    for a, b in calls:
+        assert torch.equal(native(a, b, None, "fp32"), lib.hgemm(a, b))
+    rows = lib.explain()
+    planned = {(r["m"], r["n"], r["k"]): r["calls"] for r in rows if "op_ms" in r or r.get("reason", "").startswith("no kernel")}
+    assert planned[(64, 64, 64)] == 2 and planned[(128, 64, 32)] == 2 and planned[(100, 64, 30)] == 2
+    fallbacks = {(r["m"], r["n"], r["k"], r["reason"]): r["calls"] for r in rows if "op_ms" not in r}
+    for reason in ("8x8x8 (fp32) was not measured at export", "non-contiguous operand (a transposed view, a slice)"):
+        assert any(key[3] == reason and count == 2 for key, count in fallbacks.items()), fallbacks
+    assert any(key[3].endswith(": the kernels take float16") and count == 2 for key, count in fallbacks.items())
+    assert any(key[3] == "3-d @ 2-d: the kernels take 2-d operands" and count == 2 for key, count in fallbacks.items())
+    with pytest.raises(RuntimeError):
+        native(torch.randn(4, 5).half(), torch.randn(4, 5).half(), None, "fp32")   # torch.matmul's own error
+    meta = native(torch.empty(100, 30, device="meta", dtype=torch.half), torch.empty(30, 64, device="meta",
+                                                                                    dtype=torch.half), None, "fp32")
+    assert meta.shape == (100, 64) and meta.device.type == "meta"
+
+
+def test_a_second_library_of_the_same_name_keeps_the_python_dispatch(exported: tuple[Path, dict],
+                                                                     tmp_path: Path) -> None:
+    """A namespace registers once per process: the same package exported elsewhere is refused with the
+    reason, never loaded (torch would abort), and its calls still run through Python."""
+    out, _ = exported
+    assert KernelLibrary(out / "rlk_test_cpu").native_op() is not None
+    copy = tmp_path / "rlk_test_cpu"
+    shutil.copytree(out / "rlk_test_cpu", copy)
+    other = KernelLibrary(copy)
+    assert other.native_op() is None and "already loaded in this process from" in other.native_reason
+    a, b = torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    assert other.choose(a, b).path == "exact" and other.hgemm(a, b).shape == (64, 64)
+    stale = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**stale, "dispatch": {**stale["dispatch"], "torch": "1.0"}}))
+    stale_lib = KernelLibrary(copy)
+    assert stale_lib.native_op() is None
+    assert stale_lib.native_reason == f"the C++ dispatch was built for torch 1.0, this is torch {torch.__version__}"
+
+
 def test_verify_measures_every_kernel_decision_again(exported: tuple[Path, dict], cache_dir: Path) -> None:
     out, _ = exported
     rows = verify(out / "rlk_test_cpu", _config(cache_dir, "export.min_speedup=0"), torch.device("cpu"))

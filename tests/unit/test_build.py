@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -194,6 +196,35 @@ def test_cuda_hgemm_links_cudart_statically(tmp_path: Path) -> None:
     build = build_candidate(TASK, (SRC / "hgemm_cuda.cu").read_text(), "cuda", _cfg(tmp_path, cuda_archs=["sm_80"]))
     assert build.ok, build.log
     assert b"libcudart.so" not in build.artifact  # self-contained: only the driver is needed on the GPU host
+
+
+@needs_nvcc
+def test_a_cuda_hgemm_runs_in_its_callers_stream_order(tmp_path: Path) -> None:
+    """Default-stream launches go to the per-thread stream (rlk_stream.h joins it to the caller's),
+    and the artifact says which ABI it speaks."""
+    build = build_candidate(TASK, (SRC / "hgemm_cuda.cu").read_text(), "cuda", _cfg(tmp_path, cuda_archs=["sm_80"]))
+    assert build.ok, build.log
+    so = str(unpack_artifact(build.artifact, build.artifact_name, tmp_path / "x"))
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", so], capture_output=True, text=True, check=True).stdout
+    launches = re.findall(r"call\s+\w+ <(__cudaLaunchKernel\w*)>", code)
+    assert launches and set(launches) == {"__cudaLaunchKernel_ptsz"}   # `<<<...>>>` on the per-thread stream
+    symbols = subprocess.run(["nm", "-D", "--defined-only", so], capture_output=True, text=True, check=True).stdout
+    assert " T rlk_hgemm\n" in symbols and " T rlk_abi_version\n" in symbols
+
+
+def test_an_artifact_of_another_abi_is_refused_with_a_rebuild_hint(tmp_path: Path) -> None:
+    """An artifact built before the stream argument (or of another version) would read its arguments
+    at the wrong places: refused when loaded, naming what to do."""
+    old = tmp_path / "old.c"
+    old.write_text("int rlk_hgemm(void* a, void* b, void* bc, void* c, char* err, int n) { return 0; }\n")
+    other = tmp_path / "other.c"
+    other.write_text(old.read_text() + "int rlk_abi_version(void) { return 1; }\n")
+    for src in (old, other):
+        subprocess.run(["cc", "-shared", "-fPIC", str(src), "-o", str(src.with_suffix(".so"))], check=True)
+    with pytest.raises(RuntimeError, match="does not export rlk_hgemm and rlk_abi_version .*build or export it again"):
+        load_hgemm_entry(old.with_suffix(".so"))
+    with pytest.raises(RuntimeError, match="built for hgemm ABI 1, this runtime calls ABI 2: build or export it again"):
+        load_hgemm_entry(other.with_suffix(".so"))
 
 
 @needs_nvcc

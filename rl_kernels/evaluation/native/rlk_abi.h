@@ -10,6 +10,10 @@
 
 #define RLK_MAX_DIM 8
 
+/* Bumped whenever rlk_hgemm's signature changes; artifacts export it as rlk_abi_version(), and a
+ * loader refuses an artifact of another version (its arguments would be read at the wrong places). */
+#define RLK_ABI_VERSION 2
+
 /* dtype uses c10::ScalarType numbering (Byte=0 Char=1 Short=2 Int=3 Long=4 Half=5 Float=6
  * Double=7 Bool=11 BFloat16=15); -1 means a dtype the shim does not know. */
 typedef struct rlk_tensor {
@@ -25,10 +29,13 @@ typedef struct rlk_tensor {
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* Exported by every hgemm artifact: runs the candidate's entry, returns 0 on success, otherwise
- * non-zero with a NUL-terminated message in err (at most errlen bytes). */
+/* Exported by every hgemm artifact: runs the candidate's entry in the order of `stream` (the
+ * caller's cudaStream_t; NULL is the default stream; a cpu artifact ignores it, see rlk_stream.h),
+ * returns 0 on success, otherwise non-zero with a NUL-terminated message in err (at most errlen
+ * bytes). */
 int rlk_hgemm(const rlk_tensor* a, const rlk_tensor* b, const rlk_tensor* b_col_major,
-              const rlk_tensor* c, char* err, int errlen);
+              const rlk_tensor* c, void* stream, char* err, int errlen);
+int rlk_abi_version(void);
 #ifdef __cplusplus
 }
 #endif

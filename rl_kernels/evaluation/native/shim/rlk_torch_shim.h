@@ -17,7 +17,7 @@
 //   at::Half / c10::Half: __half under nvcc, a 16-bit struct with float conversions otherwise;
 //     at::BFloat16 / c10::BFloat16 likewise (__nv_bfloat16 under nvcc)
 //   TORCH_CHECK(cond, msg...): throws std::runtime_error with the streamed message
-//   (nvcc only) at::cuda::getCurrentCUDAStream(): the legacy default stream; C10_CUDA_CHECK,
+//   (nvcc only) at::cuda::getCurrentCUDAStream(): the caller's stream (rlk_stream.h); C10_CUDA_CHECK,
 //     C10_CUDA_KERNEL_LAUNCH_CHECK()
 // Not supported: allocation (torch::empty, ...), any ATen operator, autograd, pybind11.
 #pragma once

@@ -1,4 +1,4 @@
-// rl_kernels shim: at::cuda::getCurrentCUDAStream() returns the legacy default stream.
+// rl_kernels shim: at::cuda::getCurrentCUDAStream() returns the stream rlk_hgemm's caller passed.
 #pragma once
 #include "c10/cuda/CUDAStream.h"
 

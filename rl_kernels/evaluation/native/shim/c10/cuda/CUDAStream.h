@@ -1,15 +1,19 @@
-// rl_kernels shim: the current CUDA stream is the legacy default stream (stream 0).
+// rl_kernels shim: the current CUDA stream is the stream rlk_hgemm's caller passed (rlk_stream.h).
 // Why: artifacts are called from Python through ctypes, outside torch's stream machinery, so the
-// only stream every caller agrees on is the default one (the evaluator times on it).
+// caller hands its stream over with each call (torch's current stream in the op; the default
+// stream in the evaluator, which times on it).
 #pragma once
 #include "rlk_torch_shim.h"
+#ifdef __CUDACC__
+#include "rlk_stream.h"
+#endif
 
 #ifdef __CUDACC__
 namespace c10 {
 namespace cuda {
 class CUDAStream {
  public:
-  cudaStream_t stream() const { return nullptr; }
+  cudaStream_t stream() const { return rlk::current_stream; }
   operator cudaStream_t() const { return stream(); }
   Device device() const { return Device{DeviceType::CUDA, static_cast<int8_t>(device_index())}; }
   int device_index() const {
