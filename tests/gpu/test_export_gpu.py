@@ -83,16 +83,25 @@ def test_the_op_is_ordered_after_its_callers_stream(library: KernelLibrary) -> N
     assert _gap(c, a_src, b) < 1e-2
 
 
-def test_a_captured_graph_replays_the_kernel_on_new_inputs(library: KernelLibrary) -> None:
-    a, b = _operands(256, 256, 256)
-    library.hgemm(a, b)                        # warm up outside the capture, as torch's docs ask
+def _captured(op, calls: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+    """Each call once eagerly (torch's advice before a capture), then all captured in one graph; the
+    inputs get new values and the graph is replayed: the outputs the replay wrote."""
+    for a, b in calls:
+        op(a, b)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        c = library.hgemm(a, b)
-    a.copy_(torch.randn_like(a.float()).half())
+        outs = [op(a, b) for a, b in calls]
+    for a, _ in calls:
+        a.copy_(torch.randn_like(a.float()).half())
     graph.replay()
     torch.cuda.synchronize()
+    return outs
+
+
+def test_a_captured_graph_replays_the_kernel_on_new_inputs(library: KernelLibrary) -> None:
+    a, b = _operands(256, 256, 256)
+    [c] = _captured(library.hgemm, [(a, b)])
     assert _gap(c, a, b) < 1e-2
     captured = [r for r in library.explain() if (r["m"], r["path"]) == (256, "exact")]
     assert captured and captured[0]["calls"] >= 2
@@ -101,14 +110,7 @@ def test_a_captured_graph_replays_the_kernel_on_new_inputs(library: KernelLibrar
 def test_under_capture_a_kernel_that_cannot_be_captured_falls_back_with_its_reason(library: KernelLibrary) -> None:
     a, b = _operands(128, 128, 128)
     assert library.choose(a, b).path == "exact"
-    library.hgemm(a, b)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        c = library.hgemm(a, b)
-    a.copy_(torch.randn_like(a.float()).half())
-    graph.replay()
-    torch.cuda.synchronize()
+    [c] = _captured(library.hgemm, [(a, b)])
     assert _gap(c, a, b) < 1e-2
     fallbacks = [r for r in library.explain() if r["m"] == 128 and r["path"] == "matmul"]
     assert fallbacks and fallbacks[0]["reason"].startswith("CUDA graph capture: kernel ")
@@ -121,19 +123,10 @@ def test_both_dispatches_capture_the_kernel_and_fall_back_for_the_other(library:
     shape on torch.matmul; replayed on new inputs, both products right."""
     native = library.native_op()
     assert native is not None, library.native_reason
-    op = native if dispatch == "cpp" else (lambda a, b, bc, acc: library.hgemm(a, b, bc, acc))
+    op = (lambda a, b: native(a, b, None, "fp32")) if dispatch == "cpp" else library.hgemm
     a1, b1 = _operands(256, 256, 256)
     a2, b2 = _operands(128, 128, 128)
-    op(a1, b1, None, "fp32"), op(a2, b2, None, "fp32")
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        c1 = op(a1, b1, None, "fp32")
-        c2 = op(a2, b2, None, "fp32")
-    for a in (a1, a2):
-        a.copy_(torch.randn_like(a.float()).half())
-    graph.replay()
-    torch.cuda.synchronize()
+    c1, c2 = _captured(op, [(a1, b1), (a2, b2)])
     assert _gap(c1, a1, b1) < 1e-2 and _gap(c2, a2, b2) < 1e-2
     reasons = [r["reason"] for r in library.explain() if r["m"] == 128 and r["path"] == "matmul"]
     assert any(reason.startswith("CUDA graph capture: kernel ") for reason in reasons), reasons
