@@ -99,6 +99,7 @@ def test_the_package_works_in_a_fresh_interpreter_that_cannot_import_rl_kernels(
         import sys
         sys.modules["rl_kernels"] = None            # the package must not need it
         import torch, rlk_test_cpu as K
+        assert K.op() is torch.ops.rlk_test_cpu_cpp.hgemm.default or "rlk_test_cpu_cpp" in str(K.op()), K.op()
         a, b = torch.randn(64, 64).half(), torch.randn(64, 64).half()
         ref = a.float() @ b.float()
         assert (K.hgemm(a, b).float() - ref).abs().max() < 0.05
