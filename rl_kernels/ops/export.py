@@ -13,8 +13,13 @@ For each extra shape asked for (`--shapes`) the nearest larger covered kernel is
 zero-padded inputs the same way (pad + kernel + slice against torch.matmul on the unpadded shape).
 Every decision keeps its two medians in the manifest; `verify` measures them again.
 
-The package: `OUT/pyproject.toml` and `OUT/NAME/` holding `manifest.json`, `kernels/*.so`, a copy of
-`runtime.py` and an `__init__.py` that registers `NAME::hgemm`; `pip install OUT` needs no compiler.
+Each shipped cuda kernel is also tried inside a CUDA graph (capture.py, in a child process): the op
+takes it under capture only where that worked.  The op's dispatch is built in C++ too (native/
+rlk_dispatch.cpp, against this torch), and used wherever that torch version runs it.
+
+The package: `OUT/pyproject.toml` and `OUT/NAME/` holding `manifest.json`, `kernels/*.so`,
+`dispatch/NAME_cpp.so`, a copy of `runtime.py` and an `__init__.py` that registers `NAME::hgemm`;
+`pip install OUT` needs no compiler.
 """
 
 from __future__ import annotations
