@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from rl_kernels.ops.runtime import load_hgemm_entry
+from rl_kernels.ops.runtime import load_hgemm_entry, relative_gap
 
 _TOLERANCE = 1e-2   # relative-norm difference between two runs of one kernel on the same inputs
 
@@ -52,7 +52,7 @@ def probe(so: Path, m: int, n: int, k: int) -> dict[str, Any]:
         call()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    gap = _gap(c, on_default)
+    gap = relative_gap(c, on_default)
     if gap > _TOLERANCE:
         return {"capturable": False, "detail": f"on a side stream the product differs from the default stream's "
                                                f"(relative-norm gap {gap:.3g}): not ordered with its caller"}
@@ -70,7 +70,7 @@ def probe(so: Path, m: int, n: int, k: int) -> dict[str, Any]:
     replayed = c.clone()
     call()
     torch.cuda.synchronize()
-    gap = _gap(replayed, c)
+    gap = relative_gap(replayed, c)
     if gap > _TOLERANCE:
         return {"capturable": False, "detail": f"the replay does not compute the eager product of new inputs "
                                                f"(relative-norm gap {gap:.3g})"}
@@ -89,11 +89,6 @@ def probe_in_child(so: Path, m: int, n: int, k: int, timeout_s: float) -> dict[s
             return json.loads(line)
     tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
     return {"capturable": False, "detail": f"the probe process failed (exit {done.returncode}): {tail[:300]}"}
-
-
-def _gap(x: torch.Tensor, ref: torch.Tensor) -> float:
-    x, ref = x.float(), ref.float()
-    return float((x - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
 def _first_line(exc: BaseException) -> str:

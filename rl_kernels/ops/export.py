@@ -312,9 +312,7 @@ def _decide(library: KernelLibrary, entry: dict[str, Any], device: torch.device,
         for _ in range(cfg.export.check_sets):
             a = torch.randn((m, k), generator=gen, device=device).half()
             b = torch.randn((k, n), generator=gen, device=device).half()
-            got = library.hgemm(a, b, accumulator=acc).float()
-            ref = a.float() @ b.float()
-            err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+            err = runtime.relative_gap(library.hgemm(a, b, accumulator=acc), a.float() @ b.float())
             if not math.isfinite(err) or err > limit:
                 return {**entry, "path": "matmul", "kernel": None, "pad_to": None, "op_ms": None, "matmul_ms": None,
                         "speedup": None, "reason": f"wrong here: relative-norm error {err:.3g} > {limit:.3g}"}

@@ -9,11 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from processes import gone
 from tiny_model import save_tiny_llama
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -151,17 +151,7 @@ def test_a_killed_job_takes_its_warm_start_process_with_it(tmp_path: Path) -> No
         child = int(line.split()[1])
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(child), "the warm-start process outlived the job that started it"
+        assert gone(child, within_s=10), "the warm-start process outlived the job that started it"
     finally:
         parent.kill()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"

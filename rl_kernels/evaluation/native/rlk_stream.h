@@ -40,25 +40,26 @@ class StreamGuard {
   StreamGuard& operator=(const StreamGuard&) = delete;
 
   /* The caller's stream waits for everything the candidate queued; throws on a CUDA error. */
-  void join() {
-    if (forked_) {
-      forked_ = false;
-      check(cudaEventRecord(event(1), cudaStreamPerThread), "cudaEventRecord on the per-thread stream");
-      check(cudaStreamWaitEvent(caller_, event(1), 0), "cudaStreamWaitEvent (join)");
-    }
-    current_stream = previous_;
-  }
+  void join() { rejoin(true); }
 
   /* After a candidate threw: join anyway (the caller's stream must not run ahead of queued work). */
-  ~StreamGuard() {
-    if (forked_) {
-      cudaEventRecord(event(1), cudaStreamPerThread);
-      cudaStreamWaitEvent(caller_, event(1), 0);
-    }
-    current_stream = previous_;
-  }
+  ~StreamGuard() { rejoin(false); }
 
  private:
+  /* The one join (join() and the destructor): checked, a CUDA error throws; unchecked (a destructor
+   * must not throw), it is dropped after the join was tried. */
+  void rejoin(bool checked) {
+    current_stream = previous_;
+    if (!forked_) return;
+    forked_ = false;
+    try {
+      check(cudaEventRecord(event(1), cudaStreamPerThread), "cudaEventRecord on the per-thread stream");
+      check(cudaStreamWaitEvent(caller_, event(1), 0), "cudaStreamWaitEvent (join)");
+    } catch (...) {
+      if (checked) throw;
+    }
+  }
+
   static void check(cudaError_t err, const char* what) {
     if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
   }
