@@ -1,7 +1,9 @@
 """Evaluations per minute on one timer, and where an evaluation's time goes, for each way of starting
 the worker: when (`eval.sandbox.prestart`: `off` when its job arrives, `after_job` when the job
 before it ended, `beside_job` as the job before it started) and how (a new process that imports for
-itself, or with a `+fork` suffix forked from the fork server, `eval.sandbox.fork_server`), in one run.
+itself, or with a `+fork` suffix forked from the fork server, `eval.sandbox.fork_server`), and
+whether a started worker creates its CUDA contexts before its job (a `+device` suffix,
+`eval.sandbox.prestart_device`; without it, it does not), in one run.
 
     python benchmarks/eval_throughput.py --config configs/local.yaml \\
         [--tasks hgemm/fp32/256_256_256,builtin/softmax] [--paths off,beside_job,off+fork,beside_job+fork] \\
@@ -42,7 +44,8 @@ from rl_kernels.evaluation.evaluator import Evaluator  # noqa: E402
 from rl_kernels.tasks import get_task  # noqa: E402
 from rl_kernels.types import Measurement  # noqa: E402
 
-PATHS = tuple(f"{when}{how}" for how in ("", "+fork") for when in ("off", "after_job", "beside_job"))
+PATHS = (*(f"{when}{how}" for how in ("", "+fork") for when in ("off", "after_job", "beside_job")),
+         "after_job+fork+device", "beside_job+fork+device")
 PHASES = ("start", "setup", "baselines", "warm", "load", "correctness", "launches", "timing", "teardown")
 CHECKED_AND_TIMED = ("correctness", "launches", "timing")
 
@@ -58,9 +61,9 @@ def run_path(cfg: EvalConfig, task_id: str, path: str, repeats: int,
     """`repeats` evaluations of the task's seed by one evaluator, each with its wall seconds."""
     task = get_task(task_id)
     source = task.seeds[cfg.backend]
-    prestart, _, fork = path.partition("+")
+    prestart, *how = path.split("+")
     path_cfg = cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(
-        update={"prestart": prestart, "fork_server": bool(fork)})})
+        update={"prestart": prestart, "fork_server": "fork" in how, "prestart_device": "device" in how})})
     evaluator = Evaluator(path_cfg)
     build = evaluator.build(task, source)
     evaluator.best_baseline(task)

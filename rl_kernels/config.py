@@ -144,11 +144,17 @@ class SandboxConfig(_Strict):
         "3.5 or 9 ms by process); false times the allocator's default behaviour"))
     prestart: Literal["off", "after_job", "beside_job"] = Field("beside_job", description=(
         "When the worker for the next job starts (process, Python, torch, the evaluator's imports and "
-        "the runner; it then waits for its job without touching the device): beside_job as each job "
+        "the runner, and with prestart_device their CUDA contexts; it then waits for its job): beside_job as each job "
         "starts (stopped during its timed phases; back to back it hides the start-up where the host "
         "has cores to spare), after_job when a job ends (ready if the timer waits for candidates, "
         "never beside a running job: for hosts with a core or two), off when its job arrives. One "
         "process per candidate either way; an idle started worker holds ~0.3-1 GB"))
+    prestart_device: bool = Field(True, description=(
+        "A started worker and its runner create their CUDA contexts (and the worker its cuBLAS handle) "
+        "before the job arrives, beside the running job (stopped during its timed phases, as the imports "
+        "are), instead of inside the evaluation's setup and warm phases; each waiting worker then holds "
+        "its contexts' device memory (hundreds of MiB each). Still one process per candidate; no "
+        "effect on the cpu backend or with prestart off"))
     prestart_workers: int = Field(1, ge=1, le=16, description=(
         "How many workers are kept started ahead (with prestart on); each job takes the oldest. More "
         "than one hides a start-up longer than a job (H200 host: ~12 s with torch.compile's imports "

@@ -96,7 +96,8 @@ class Evaluator:
         spec = sandbox.WorkerSpec(self.cfg.backend, self.cfg.sandbox, self._threads(), tuple(self._readable(job)),
                                   tuple(self._hidden()), kept.workdir if kept else None,
                                   warm_compile=self._compiles_baseline(job),
-                                  dispatch_tools=self._dispatch_tools)
+                                  dispatch_tools=self._dispatch_tools,
+                                  device_ahead=self.cfg.backend == "cuda" and self.cfg.sandbox.prestart_device)
         worker, why = self.standby.take(spec)
         beside = self.cfg.sandbox.prestart == "beside_job"
         if beside:

@@ -62,9 +62,11 @@ class RunnerProcess:
     with torch imported (seconds saved per evaluation) and with nothing of the judge's in memory.
     """
 
-    def __init__(self, scratch: Path, close_in_child: list[int], preload: tuple[str, ...] = ()):
+    def __init__(self, scratch: Path, close_in_child: list[int], preload: tuple[str, ...] = (),
+                 device_ahead: bool = False):
         """`preload`: modules the runner imports as soon as it exists, beside whatever its parent
-        does next, so that no job pays for them."""
+        does next, so that no job pays for them; with `device_ahead` it then creates its CUDA
+        context the same way (`worker.context_ahead`; its first answer comes after that)."""
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:   # the runner
@@ -74,6 +76,10 @@ class RunnerProcess:
                     os.close(fd)
                 for name in preload:
                     importlib.import_module(name)
+                if device_ahead:
+                    from rl_kernels.evaluation.worker import context_ahead
+
+                    context_ahead(with_blas=False)
                 from rl_kernels.evaluation.runner import serve
 
                 serve(theirs, scratch)

@@ -250,12 +250,14 @@ class WorkerSpec:
     compile_dir: Path | None = None       # the kept compile caches' work dir (None: compile in the scratch dir)
     warm_compile: bool = False            # import torch.compile's modules before the job
     dispatch_tools: bool = False          # import what the ATen-op audit and the profiler need before the job
+    device_ahead: bool = False            # create the CUDA contexts (and the cuBLAS handle) before the job
 
     @property
     def flags(self) -> list[str]:
         """The worker's command-line flags (also what a fork server imports for it)."""
         return [*(["--split"] if self.cfg.boundary == "split" else []), *(["--warm-compile"] if self.warm_compile else []),
-                *(["--dispatch-tools"] if self.dispatch_tools else [])]
+                *(["--dispatch-tools"] if self.dispatch_tools else []),
+                *(["--device-ahead"] if self.device_ahead else [])]
 
     @property
     def server_key(self) -> tuple[Any, ...]:
@@ -276,7 +278,8 @@ class StartedWorker:
     It holds nothing of any job until `run_job` writes the job's files and sends `go`; `discard`
     ends it unused.  Closing the go pipe (also by this process dying) makes it exit by itself.
     Started beside a running job, it is stopped (SIGSTOP) while that job times calls, if it is
-    still importing then, and continued when that job ends (`pause`, `resume`).
+    still importing (or creating its CUDA contexts, `WorkerSpec.device_ahead`) then, and continued
+    when that job ends (`pause`, `resume`).
     """
 
     def __init__(self, spec: WorkerSpec, server: ForkServer | None = None) -> None:

@@ -13,11 +13,13 @@ cores an import beside the job slowed its correctness phase by about what it sav
 waits for its next candidate still finds the worker ready).
 
 What does not change: one process serves one job and is then discarded (a crash, hang or corrupted
-context of one candidate never reaches the next); the started worker creates no CUDA context and
-reads no job file until its job arrives, and the evaluator holds the device lock from `go` to the verdict
-as before.  A worker still importing when the current job reaches a timed phase is stopped
-(SIGSTOP) until that job ends, so no import runs beside a timed call; a ready one only waits on a
-pipe.  A started worker that died, hangs in its imports or was started for other settings is
+context of one candidate never reaches the next); the started worker reads no job file and runs
+nothing of any job until its job arrives, and the evaluator holds the device lock from `go` to the
+verdict as before.  With `eval.sandbox.prestart_device` (cuda) the started worker and its runner
+create their own CUDA contexts ahead (the evaluation's setup then finds the device up); without it
+they create none.  A worker still importing or creating its contexts when the current job reaches
+a timed phase is stopped (SIGSTOP) until that job ends, so none of its start-up runs beside a
+timed call; a ready one only waits on a pipe.  A started worker that died, hangs in its imports or was started for other settings is
 discarded, and the job starts a fresh one.
 """
 

@@ -1,12 +1,14 @@
 """The evaluation subprocess:
-`python -c sandbox.WORKER_BOOT JOB.json RESULT_FD GO_FD [--split] [--warm-compile] [--dispatch-tools]`
-(this module, run with its working directory off sys.path).
+`python -c sandbox.WORKER_BOOT JOB.json RESULT_FD GO_FD [--split] [--warm-compile] [--dispatch-tools]
+[--device-ahead]` (this module, run with its working directory off sys.path).
 
 One fresh process per evaluation (DESIGN.md protocol step 1).  It may be started before its job
 exists (`sandbox.StartedWorker`): it imports what every job needs, forks the runner (`--split`),
-says `ready`, and waits for `go` on GO_FD before it reads JOB.json; it creates no CUDA context (an
-import may initialise the driver; nothing is allocated or run on the device) and reads no job file
-before that, so a process started ahead is the same as one started on demand, only sooner.
+with `--device-ahead` creates its and the runner's CUDA contexts, says `ready`, and waits for `go`
+on GO_FD before it reads JOB.json; it reads no job file and runs nothing of any job before that
+(without `--device-ahead` it creates no CUDA context either: an import may initialise the driver,
+nothing is allocated or run), so a process started ahead is the same as one started on demand,
+only sooner.
 Under `sandbox.boundary: split` (the default) this process is the judge and never loads the
 candidate: the runner it forked (`judge.RunnerProcess`) does.
 Under `shared` the candidate runs here, next to the timer and the checker: everything it could
@@ -536,8 +538,23 @@ def cuda_visible() -> bool:
     return torch.cuda.is_available()
 
 
+def context_ahead(with_blas: bool) -> None:
+    """Creates this process's CUDA context (and with `with_blas` its cuBLAS handle, by one tiny
+    product) before its job, from nothing of any job: the evaluation then starts on a device that is
+    up.  A failure is left to the job: its `setup_device` repeats the step and reports it in its
+    own words, as a worker that did nothing ahead would."""
+    try:
+        torch.cuda.init()
+        a = torch.ones(8, 8, device="cuda")
+        if with_blas:
+            torch.mm(a, a)
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - reported by the job's own setup, which does the same again
+        traceback.print_exc()
+
+
 def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile: bool,
-            dispatch_tools: bool) -> Any:
+            dispatch_tools: bool, device_ahead: bool = False) -> Any:
     """What every job needs, done before the job arrives; returns the runner (None unless `split`).
 
     The runner is forked first, as soon as the judge's and runner's modules are imported: before
@@ -545,17 +562,25 @@ def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile:
     (imported with `warm_compile`, seconds a compiled baseline would otherwise pay inside the
     evaluation).  With `dispatch_tools`, whichever process will record the candidate's ATen ops
     (the torch-fallback audit) or its kernel launches (the profiler) imports torch._dynamo now:
-    both tools import it on first use, 1.5 s here and ~6 s on the H200 host inside a job."""
+    both tools import it on first use, 1.5 s here and ~6 s on the H200 host inside a job.
+    With `device_ahead` both processes create their CUDA contexts now (`context_ahead`), in
+    parallel, and this one returns once the runner's is up too: a worker says ready only when
+    nothing of its start-up is left to run beside a timed phase."""
     from rl_kernels.evaluation.judge import RunnerProcess
 
     importlib.import_module("rl_kernels.evaluation.runner")
     tools = ("torch._dynamo",) if dispatch_tools else ()
-    runner = RunnerProcess(scratch, close_in_child=close_in_child, preload=tools) if split else None
+    runner = (RunnerProcess(scratch, close_in_child=close_in_child, preload=tools, device_ahead=device_ahead)
+              if split else None)
     here = ("torch._dynamo", "torch._inductor.compile_fx") if warm_compile else ()
     if runner is None:
         here += tools       # under `shared` this process records the ops and the launches itself
     for name in here:
         importlib.import_module(name)
+    if device_ahead:
+        context_ahead(with_blas=True)
+        if runner is not None:
+            runner.ask({"op": "hello"})
     return runner
 
 
@@ -574,7 +599,7 @@ def serve(job_path: Path, fd: int, go_fd: int, flags: list[str]) -> None:
     report = Reporter(fd)
     scratch = job_path.parent.resolve()
     runner = prepare(scratch, [report.out.fileno(), go_fd], "--split" in flags, "--warm-compile" in flags,
-                     "--dispatch-tools" in flags)
+                     "--dispatch-tools" in flags, "--device-ahead" in flags)
     report.ready()
     if not wait_for_go(go_fd):
         os._exit(0)

@@ -217,21 +217,42 @@ def _free_after(settle_s: float = 1.0) -> int:
     return torch.cuda.mem_get_info()[0]
 
 
-def test_a_started_worker_holds_no_cuda_context_before_its_job(cuda_config: EvalConfig) -> None:
-    """The worker started for the next job (and the runner it forked), forked from the fork server,
-    holds no CUDA context while it waits, and neither does the server: ending them frees no device
-    memory.  An import may open the driver's files (/dev/nvidia*, as NVML does); nothing is
-    allocated or run on the device.
-    Control: a process that did create a context frees its hundreds of MiB when it ends."""
-    evaluator = Evaluator(cuda_config)
+def _context_bytes() -> int:
+    """What one process's CUDA context holds on this device (a control process that creates one)."""
+    control = subprocess.Popen([sys.executable, "-c", "import torch, sys; torch.zeros(1, device='cuda'); "
+                                "print('up', flush=True); sys.stdin.read()"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert control.stdout.readline().strip() == "up"
+    with_context = _free_after()
+    control.communicate("", timeout=60)
+    return _free_after() - with_context
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["no_device_ahead", "device_ahead"])
+def test_a_started_worker_holds_cuda_contexts_before_its_job_only_with_prestart_device(
+        cuda_config: EvalConfig, ahead: bool) -> None:
+    """The worker started for the next job (and the runner it forked), forked from the fork server:
+    without `prestart_device` it holds no CUDA context while it waits, and neither does the server
+    (ending them frees no device memory; an import may open the driver's files, nothing is
+    allocated); with it, the worker and its runner each hold theirs (ending them frees about two
+    contexts' memory), and the job it then serves is correct."""
+    cfg = cuda_config.model_copy(update={"sandbox": cuda_config.sandbox.model_copy(update={"prestart_device": ahead})})
+    evaluator = Evaluator(cfg)
     honest = (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text()
-    m = evaluator.evaluate(get_task("hgemm/fp32/1024_1024_1024"), honest)
+    task = get_task("hgemm/fp32/1024_1024_1024")
+    m = evaluator.evaluate(task, honest)
     assert m.correct, m.detail[-800:]
     assert m.extra["forked"], "the fork server was given up on this host (see the warning)"
     worker = evaluator.standby.held
     assert worker is not None and worker.wait_ready(120)
     pgid = worker.proc.pid
     assert len(group_members(pgid)) >= 2, group_members(pgid)       # the worker and its runner (and the confinement's stage)
+    if ahead:
+        again = evaluator.evaluate(task, honest)          # served by the worker that made its contexts ahead
+        assert again.correct and again.extra["workers"][0] == "standby", (again.extra, again.detail[-800:])
+        worker = evaluator.standby.held
+        assert worker is not None and worker.wait_ready(120)
+        pgid = worker.proc.pid
     held = _free_after()
     evaluator.close()
     deadline = time.monotonic() + 30
@@ -239,20 +260,19 @@ def test_a_started_worker_holds_no_cuda_context_before_its_job(cuda_config: Eval
         time.sleep(0.1)
     assert not group_members(pgid), "the started worker outlived its evaluator"
     freed = _free_after() - held
-    control = subprocess.Popen([sys.executable, "-c", "import torch, sys; torch.zeros(1, device='cuda'); "
-                                "print('up', flush=True); sys.stdin.read()"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert control.stdout.readline().strip() == "up"
-    with_context = _free_after()
-    control.communicate("", timeout=60)
-    context_bytes = _free_after() - with_context
+    context_bytes = _context_bytes()
     assert context_bytes > 100 << 20, f"control: a CUDA context should hold >100 MiB, freed {context_bytes >> 20} MiB"
-    assert freed < 32 << 20, f"ending the started worker freed {freed >> 20} MiB of device memory"
+    if ahead:
+        assert freed > 1.5 * context_bytes, (f"ending the started worker freed {freed >> 20} MiB; two contexts "
+                                             f"hold ~{2 * context_bytes >> 20} MiB")
+    else:
+        assert freed < 32 << 20, f"ending the started worker freed {freed >> 20} MiB of device memory"
 
 
 def test_a_candidate_that_corrupts_its_context_leaves_the_next_one_untouched(cuda_config: EvalConfig) -> None:
     """An illegal address poisons its process's CUDA context for good; the next evaluation runs in
-    the worker started beside it, which had not touched the device, and passes."""
+    the worker started beside it (whose own contexts, made ahead under the default
+    `prestart_device`, are apart from the poisoned one) and passes."""
     evaluator = Evaluator(cuda_config)
     task = get_task("hgemm/fp32/1024_1024_1024")
     bad = evaluator.evaluate(task, (CANDIDATES / "sandbox" / "illegal_address_cuda.cu").read_text())

@@ -166,3 +166,43 @@ def test_the_runner_imports_its_preload_before_any_order(tmp_path: Path, monkeyp
         assert "rlk_preload_marker" not in sys.modules     # the judge did not import it
     finally:
         runner.close()
+
+
+def test_with_device_ahead_a_worker_is_prepared_only_once_its_runner_made_its_context(tmp_path: Path) -> None:
+    """`prepare(device_ahead=True)` returns (and the worker would say ready) only after the judge and
+    the runner each created their CUDA context: here a stand-in that takes 0.5 s in the runner and
+    writes who ran it, so an early return would find no runner's mark.  Run in a forked child: the
+    judge's side would otherwise touch this test process's device."""
+    from rl_kernels.evaluation import worker
+
+    def stand_in(with_blas: bool) -> None:
+        if not with_blas:               # the runner's side (no cuBLAS handle there)
+            time.sleep(0.5)
+        (tmp_path / f"ahead-{'judge' if with_blas else 'runner'}").write_text(str(os.getpid()))
+
+    def prepared() -> bool:
+        worker.context_ahead = stand_in
+        runner = worker.prepare(tmp_path, [], split=True, warm_compile=False, dispatch_tools=False,
+                                device_ahead=True)
+        try:
+            marks = {p.name: int(p.read_text()) for p in tmp_path.glob("ahead-*")}
+            return marks == {"ahead-judge": os.getpid(), "ahead-runner": runner.pid}
+        finally:
+            runner.close()
+
+    assert _child(prepared) == 0
+
+
+def test_a_device_that_cannot_be_set_up_ahead_is_left_to_the_job(capfd: pytest.CaptureFixture[str]) -> None:
+    """Where the context cannot be created ahead (here: no device, or a forced failure), the worker
+    still starts; the job's own device setup repeats the step and reports it as it always did."""
+    from rl_kernels.evaluation import worker
+
+    def fails() -> bool:
+        if torch.cuda.is_available():
+            torch.cuda.init = lambda: (_ for _ in ()).throw(RuntimeError("no device for this test"))
+        worker.context_ahead(with_blas=True)
+        return True
+
+    assert _child(fails) == 0
+    assert "Traceback" in capfd.readouterr().err
