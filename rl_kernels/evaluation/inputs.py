@@ -20,12 +20,15 @@ def sample_like(t: torch.Tensor, dist: str, gen: torch.Generator) -> torch.Tenso
 
     Integer and boolean tensors are returned as copies: their values usually encode indices or
     shapes the task depends on, so they are kept as the task produced them.  The values are drawn
-    in fp64 on `gen`'s device, which must be t's: host-side sampling of a few million fp64 values
-    per set, then a copy, was most of a GPU evaluation's correctness phase.
+    on `gen`'s device, which must be t's (host-side sampling of a few million values per set, then
+    a copy, was most of a GPU evaluation's correctness phase), in fp32 for tensors of fp32 or less
+    (rounded once into t's dtype, as an fp64 draw would be) and fp64 for fp64 tensors: drawing
+    fp32 tensors' values in fp64 doubled the cpu backend's cost of a set for nothing t can hold.
     """
     if not t.is_floating_point():
         return t.clone()
-    shape, on = t.shape, {"generator": gen, "dtype": torch.float64, "device": gen.device}
+    draw = torch.float64 if t.dtype == torch.float64 else torch.float32
+    shape, on = t.shape, {"generator": gen, "dtype": draw, "device": gen.device}
     if dist == "normal":
         x = torch.randn(shape, **on)
     elif dist == "uniform":
