@@ -130,17 +130,19 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default=str(REPO / "configs" / "local.yaml"))
     ap.add_argument("--tasks", default=None, help="comma-separated task ids (default: an hgemm and builtin/softmax)")
-    ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {', '.join(PATHS)}")
+    ap.add_argument("--paths", default=None, help=f"comma-separated, of {', '.join(PATHS)} (default: all that "
+                    "apply to the backend; +device is cuda only)")
     ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--gap-s", type=float, default=0.0, help="idle seconds before each evaluation (not counted)")
     ap.add_argument("--out", default=None, help="JSON of every row, rewritten after each path")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     cfg = load_config(args.config, args.overrides).eval
-    paths = args.paths.split(",")
-    unknown = [p for p in paths if p not in PATHS]
+    usable = [p for p in PATHS if cfg.backend == "cuda" or not p.endswith("+device")]
+    paths = args.paths.split(",") if args.paths else usable
+    unknown = [p for p in paths if p not in usable]
     if unknown:
-        ap.error(f"unknown path(s) {', '.join(unknown)}; choose from {', '.join(PATHS)}")
+        ap.error(f"unknown path(s) {', '.join(unknown)} for the {cfg.backend} backend; choose from {', '.join(usable)}")
     default_hgemm = "hgemm/fp32/2048_2048_2048" if cfg.backend == "cuda" else "hgemm/fp32/256_256_256"
     tasks = args.tasks.split(",") if args.tasks else [default_hgemm, "builtin/softmax"]
     print(f"{len(tasks)} tasks on {cfg.backend}, paths {', '.join(paths)}, {args.repeats} evaluations per path, "
