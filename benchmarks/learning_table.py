@@ -1,12 +1,15 @@
 """A stage-3 run's kernels per policy version, and per task and third of the run: the tables of
 docs/LEARNING.md, read from the run directory alone.
 
-    python benchmarks/learning_table.py RUN_DIR [--out table.md]
+    python benchmarks/learning_table.py RUN_DIR [--leave-out GROUP_ID,...] [--out table.md]
 
 Per group (in policy-version order): each completion's program (its extension name's suffix after
 the task, "seed" without one) with its speedup when correct, else why not; correct count; mean
-reward. Per task and third of the versions: correct kernels, mean ln(speedup), geomean speedup, and
-the share of correct programs that keep an OpenMP `parallel` pragma.
+reward. Per third of the versions: completions, compiled, correct, mean reward and mean ln(speedup)
+of the correct kernels. Per task and third: correct kernels, mean ln(speedup), geomean speedup, and
+the share of correct programs that keep an OpenMP `parallel` pragma. `--leave-out` names groups
+(ids or their prefixes, e.g. g000013) whose measurements are known to be disturbed: their rows stay
+in the first table, marked, and they count in neither summary.
 """
 
 from __future__ import annotations
@@ -56,12 +59,30 @@ def group_row(g: Group) -> str:
     return f"| v{g.policy_version} | {g.task_id.split('/')[-1]} | {cells} | {correct}/{len(g.trajectories)} | {reward:.3f} |"
 
 
-def thirds(groups: list[Group]) -> list[str]:
+def bounds(groups: list[Group]) -> list[tuple[int, int]]:
+    """The three version ranges, from every group of the run (left-out ones included)."""
     last = max(g.policy_version for g in groups)
-    bounds = [(0, last // 3), (last // 3 + 1, 2 * last // 3), (2 * last // 3 + 1, last)]
+    return [(0, last // 3), (last // 3 + 1, 2 * last // 3), (2 * last // 3 + 1, last)]
+
+
+def totals(groups: list[Group], ranges: list[tuple[int, int]]) -> list[str]:
+    rows = []
+    for lo, hi in ranges:
+        ts = [t for g in groups if lo <= g.policy_version <= hi for t in g.trajectories]
+        compiled = sum(bool(t.measurement and t.measurement.compiled) for t in ts)
+        correct = [t for t in ts if t.measurement and t.measurement.correct and t.measurement.speedup]
+        reward = f"{statistics.fmean(t.reward for t in correct):.3f}" if correct else "-"
+        ln = [math.log(t.measurement.speedup) for t in correct]   # type: ignore[union-attr]
+        logs = f"{statistics.fmean(ln):+.3f}" if ln else "-"
+        share = f" ({len(correct) / len(ts):.0%})" if ts else ""
+        rows.append(f"| v{lo}-v{hi} | {len(ts)} | {compiled} | {len(correct)}{share} | {reward} | {logs} |")
+    return rows
+
+
+def thirds(groups: list[Group], ranges: list[tuple[int, int]]) -> list[str]:
     rows = []
     for task in sorted({g.task_id for g in groups}):
-        for lo, hi in bounds:
+        for lo, hi in ranges:
             kernels = [t for g in groups if g.task_id == task and lo <= g.policy_version <= hi
                        for t in g.trajectories if t.measurement and t.measurement.correct and t.measurement.speedup]
             if not kernels:
@@ -77,15 +98,25 @@ def thirds(groups: list[Group]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--leave-out", default="", help="comma-separated group ids or prefixes, out of the summaries")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     groups: list[Group] = sorted((g for _, g in read_groups(args.run_dir)), key=lambda g: (g.policy_version, g.group_id))
     if not groups:
         raise SystemExit(f"{args.run_dir}: no groups in trajectories.jsonl")
+    prefixes = tuple(p for p in args.leave_out.split(",") if p)
+    unmatched = [p for p in prefixes if not any(g.group_id.startswith(p) for g in groups)]
+    if unmatched:
+        raise SystemExit(f"--leave-out: no group of {args.run_dir} starts with {', '.join(unmatched)}")
+    kept = [g for g in groups if not g.group_id.startswith(prefixes)] if prefixes else groups
+    ranges = bounds(groups)
+    rows = [group_row(g) + (" left out of the summaries |" if g not in kept else "") for g in groups]
     lines: list[Any] = ["| version | task | programs (speedup over the baseline when correct; else why not) | correct | mean reward |",
-                        "|---|---|---|---|---|", *map(group_row, groups), "",
+                        "|---|---|---|---|---|", *rows, "",
+                        "| versions | completions | compiled | correct | mean reward of correct kernels | mean ln(speedup) of correct |",
+                        "|---|---|---|---|---|---|", *totals(kept, ranges), "",
                         "| task | versions | correct kernels | mean ln(speedup) | geomean speedup | omp share |",
-                        "|---|---|---|---|---|---|", *thirds(groups)]
+                        "|---|---|---|---|---|---|", *thirds(kept, ranges)]
     text = "\n".join(lines)
     print(text)
     if args.out:
