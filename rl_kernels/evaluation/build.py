@@ -42,7 +42,7 @@ from typing import Any, Callable, Literal
 import filelock
 
 from rl_kernels.config import BuildConfig, EvalConfig
-from rl_kernels.evaluation import confine, ninja, sandbox, slim_torch
+from rl_kernels.evaluation import confine, ninja, nvcc_split, sandbox, slim_torch
 from rl_kernels.evaluation.artifact import MANIFEST, generate_inline_sources, sources_digest
 from rl_kernels.evaluation.evidence import check_artifact
 from rl_kernels.evaluation.launches import registered_kernels
@@ -310,8 +310,15 @@ def _malformed(key_material: dict, message: str) -> Build:
 _SOURCE_EXTS = (".cu", ".cpp", ".cc", ".cxx", ".c")
 
 
-def _native_edges(backend: BackendName, cfg: BuildConfig, compile_files: list[str], include_dirs: list[str],
-                  ldflags: list[str], out_path: str, defines: list[str] = (),
+def _nvcc_edges(cmd: list[str], src: str, obj: str, work: Path, cfg: BuildConfig) -> list[ninja.Edge]:
+    """`cmd` (nvcc ... -c src -o obj) as nvcc's steps with its two chains in parallel where
+    `split_nvcc` is on and nvcc_split knows the dry run; else as one step."""
+    split = nvcc_split.split_compile(cmd, src, work, f"{obj}.nvcc") if cfg.split_nvcc else None
+    return split or [ninja.Edge([obj], [src], cmd, f"compile {src}")]
+
+
+def _native_edges(backend: BackendName, cfg: BuildConfig, work: Path, compile_files: list[str],
+                  include_dirs: list[str], ldflags: list[str], out_path: str, defines: list[str] = (),
                   python_symbols: bool = False) -> list[ninja.Edge]:
     """Per-file compile edges plus one link edge.  CUDA links through nvcc, which pulls in the
     static cudart: the artifact then needs only the driver on the GPU host.  Every symbol must
@@ -325,9 +332,10 @@ def _native_edges(backend: BackendName, cfg: BuildConfig, compile_files: list[st
         if src.endswith(".cu"):
             cmd = [cfg.nvcc, *cfg.nvcc_flags, *_gencode_flags(cfg.cuda_archs, cfg.embed_ptx), "-Xcompiler", "-fPIC", *incs,
                    "-c", src, "-o", obj]
+            edges += _nvcc_edges(cmd, src, obj, work, cfg)
         else:
             cmd = [cfg.cxx, *host_flags, "-fPIC", *incs, "-c", src, "-o", obj]
-        edges.append(ninja.Edge([obj], [src], cmd, f"compile {src}"))
+            edges.append(ninja.Edge([obj], [src], cmd, f"compile {src}"))
         objects.append(obj)
     strict = [] if python_symbols else ["-Xlinker", "--no-undefined"] if backend == "cuda" else ["-Wl,--no-undefined"]
     if backend == "cuda":
@@ -344,7 +352,7 @@ def _build_native(work: Path, artifact: Path, files: dict[str, str], compile_fil
                   defines: list[str] = (), python_symbols: bool = False) -> _Outcome:
     for name, text in files.items():
         (work / name).write_text(text)
-    edges = _native_edges(backend, cfg, compile_files, include_dirs, ldflags, str(artifact), list(defines),
+    edges = _native_edges(backend, cfg, work, compile_files, include_dirs, ldflags, str(artifact), list(defines),
                           python_symbols)
     confined = _confined(cfg, work.parent, [*include_dirs, *_flag_dirs(ldflags)])
     return _ninja_outcome(ninja.run_ninja(work, edges, cfg.timeout_s, confined=confined), cfg)
@@ -814,7 +822,7 @@ def _pch_flags(call: dict, backend: BackendName, cfg: BuildConfig, with_cuda: bo
     return [*macros, *_torch_includes(with_cuda, cfg), *_module_cxx_flags(call, backend, cfg)]
 
 
-def _module_edges(call: dict, files: dict[str, str], backend: BackendName, cfg: BuildConfig,
+def _module_edges(call: dict, files: dict[str, str], backend: BackendName, cfg: BuildConfig, work: Path,
                   pch: Path | None, link: bool, slim: bool) -> tuple[list[ninja.Edge], list[str]]:
     """main.cpp (the binding: torch/extension.h, precompiled when it can be) and cuda.cu (against
     the slim torch headers in `NAME/slim` when `slim`), then the link."""
@@ -830,9 +838,9 @@ def _module_edges(call: dict, files: dict[str, str], backend: BackendName, cfg: 
     if with_cuda:
         user_incs = [f"-I{p}" for p in call["extra_include_paths"]]
         slim_incs = [f"-I{name}/slim"] if slim else []
-        edges.append(ninja.Edge([f"{name}/cuda.cuda.o"], [f"{name}/cuda.cu"],
-                                [cfg.nvcc, *slim_incs, *common, *user_incs, *_module_nvcc_flags(call, cfg), "-c",
-                                 f"{name}/cuda.cu", "-o", f"{name}/cuda.cuda.o"], f"compile {name}/cuda.cu"))
+        edges += _nvcc_edges([cfg.nvcc, *slim_incs, *common, *user_incs, *_module_nvcc_flags(call, cfg), "-c",
+                              f"{name}/cuda.cu", "-o", f"{name}/cuda.cuda.o"], f"{name}/cuda.cu", f"{name}/cuda.cuda.o",
+                             work, cfg)
         objects.append(f"{name}/cuda.cuda.o")
     if not link:
         return edges, objects
@@ -871,7 +879,7 @@ def _build_module_artifact(work: Path, artifact: Path, calls: list[dict], backen
             pch_dirs.add(str(pch.parent))
         if slim and with_cuda:
             slim_torch.write_headers(work / call["name"] / "slim", call["cuda_sources"], _torch_include_dirs(False, cfg))
-        ext_edges, _ = _module_edges(call, files, backend, cfg, pch, link=can_link, slim=slim and with_cuda)
+        ext_edges, _ = _module_edges(call, files, backend, cfg, work, pch, link=can_link, slim=slim and with_cuda)
         edges += ext_edges
         manifest[call["name"]] = {"file": f"{call['name']}.so", "sha256": sources_digest(files)}
     readable = sorted({d for e in edges for d in _flag_dirs(e.command)} | pch_dirs)
