@@ -295,7 +295,7 @@ def _ninja_outcome(res: ninja.ProcResult, cfg: BuildConfig) -> _Outcome:
         # failed for reasons unrelated to the source: report it, but never cache it.
         if res.returncode < 0 or any(m in res.output for m in _KILLED_MARKERS):
             return _Outcome(False, res.output, Reason.COMPILE_INTERRUPTED.value, cacheable=False)
-        return _Outcome(False, res.output, Reason.COMPILE_ERROR.value)
+        return _Outcome(False, nvcc_split.without_repeated_errors(res.output), Reason.COMPILE_ERROR.value)
     return _Outcome(True, res.output)
 
 

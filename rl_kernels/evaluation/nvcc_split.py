@@ -32,6 +32,7 @@ _VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 _DEVICE_TOOLS = ("cicc", "ptxas", "fatbinary")
 _OUTPUT_OPTIONS = ("-o", "--gen_c_file_name", "--stub_file_name")
 _OUTPUT_PREFIXES = ("--embedded-fatbin=", "--create=")
+_LOG_PARTS = re.compile(r"(?m)^(?=FAILED: |\[\d+/\d+\] |ninja: build stopped)")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,23 @@ def split_compile(nvcc_argv: list[str], source: str, cwd: Path, keep_dir: str) -
         edges.append(ninja.Edge(step.outputs, inputs, step.argv, f"{step.kind} {source}"))
         made += step.outputs
     return edges
+
+
+def without_repeated_errors(log: str) -> str:
+    """ninja's log with a failed step's messages replaced by a note where an earlier failed step printed
+    the same ones: cudafe++ and cicc parse the same source side by side and report the same errors, which
+    the build log (and the policy that reads it) needs once."""
+    seen: set[str] = set()
+    parts = []
+    for part in _LOG_PARTS.split(log):
+        if part.startswith("FAILED: "):
+            head, _, rest = part.partition("\n")
+            command, _, messages = rest.partition("\n")
+            if messages.strip() and messages in seen:
+                part = f"{head}\n{command}\n(the same messages as the failed step above)\n"
+            seen.add(messages)
+        parts.append(part)
+    return "".join(parts)
 
 
 def _steps(dryrun: str) -> list[_Step] | None:

@@ -59,6 +59,20 @@ def test_a_compile_error_fails_with_the_compilers_message(tmp_path: Path) -> Non
     _, res = _compile(tmp_path, SOURCE + "\n__global__ void broken(float* x) { x[0] = undeclared_name; }\n")
     assert res.returncode != 0
     assert "undeclared_name" in res.output and "error" in res.output
+    assert nvcc_split.without_repeated_errors(res.output).count("is undefined") == 1
+
+
+def test_the_second_front_ends_repeat_of_an_error_is_dropped_from_the_log() -> None:
+    error = 'k.cu(1): error: identifier "x" is undefined\n\n1 error detected in the compilation of "k.cu".\n'
+    log = ("ninja: Entering directory `/w'\n[3/7] cicc k.cu\nFAILED: [code=1] k.ptx\ncicc --c++17 k.cpp1.ii\n" + error
+           + "[4/7] cudafe k.cu\nFAILED: [code=2] k.cudafe1.cpp\ncudafe++ --c++17 k.cpp4.ii\n" + error
+           + "ninja: build stopped: subcommand failed.\n")
+    kept = nvcc_split.without_repeated_errors(log)
+    assert kept.count("is undefined") == 1
+    assert "cudafe++ --c++17 k.cpp4.ii\n(the same messages as the failed step above)\n" in kept
+    assert kept.endswith("ninja: build stopped: subcommand failed.\n")
+    other = log.replace(error, 'k.cu(2): error: expected a ";"\n', 1)       # different messages: both kept
+    assert nvcc_split.without_repeated_errors(other) == other
 
 
 def test_what_is_not_a_plain_compile_stays_one_nvcc(tmp_path: Path) -> None:
