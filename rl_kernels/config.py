@@ -85,8 +85,9 @@ class BuildConfig(_Strict):
         "then of the driver's compilation, not of SASS tuned for that arch"))
     split_nvcc: bool = Field(True, description=(
         "Run each .cu's host front end (cudafe++) and device chain (cicc, ptxas, fatbinary) as parallel "
-        "build steps taken from nvcc's own dry run, joined by the host compile: ~5 s less per module "
-        "candidate on the slim headers, the same tools and flags; false: one nvcc process per .cu, one core"))
+        "build steps taken from nvcc's own dry run, joined by the host compile: a module build 17.3 -> 12.4 s "
+        "on an H100 host (one more core while both chains run), the same tools and flags; false: one nvcc "
+        "process per .cu, one core"))
     slim_torch_headers: bool = Field(True, description=(
         "Compile a module candidate's CUDA file against slim torch headers first (tensors, the ATen "
         "operators it names, CUDA streams: ~18 s instead of ~75 s for a seed on 2 cores), and against "
