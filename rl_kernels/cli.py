@@ -75,8 +75,9 @@ def _resolve(args: argparse.Namespace) -> Config:
 def _measurement_line(m: Measurement) -> str:
     if m.rejected:
         return f"{m.task}: REJECTED ({m.rejected}) {m.detail.splitlines()[0] if m.detail else ''}"
-    return (f"{m.task}: correct, candidate {m.candidate_ms:.4f} ms vs {m.baseline} {m.baseline_ms:.4f} ms "
+    line = (f"{m.task}: correct, candidate {m.candidate_ms:.4f} ms vs {m.baseline} {m.baseline_ms:.4f} ms "
             f"-> speedup {m.speedup:.3f}x (noise {m.noise:.3f}), reward {m.reward:.3f}")
+    return f"{line}\n  {m.detail}" if m.detail else line    # why the speed was not paid (unstable, drift)
 
 
 def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:

@@ -376,8 +376,20 @@ class RewardConfig(_Strict):
     max_spread: dict[str, float] = Field(default_factory=lambda: {"cuda": 0.15, "cpu": 1.0}, description=(
         "Per backend: an evaluation whose candidate or baseline samples spread (IQR/median) more than "
         "this is re-measured (remeasure_attempts times); still above, it is `unstable_measurement` and "
-        "earns the correct-kernel reward without a speedup term. Lower demands steadier timers (more "
-        "re-measurements), higher lets timing noise through to the advantages"))
+        "earns at most a 1x kernel's reward (its speed may count against it, never for it). Lower demands "
+        "steadier timers (more re-measurements), higher lets timing noise through to the advantages"))
+    baseline_drift: dict[str, float] = Field(default_factory=lambda: {"cuda": 1.5, "cpu": 2.0}, description=(
+        "Per backend: an evaluation whose baseline median is more than this factor off (either way) the "
+        "median of that baseline's record on this device is re-measured (remeasure_attempts times); still off, "
+        "it is `baseline_drift` and earns at most a 1x kernel's reward. Lower catches "
+        "smaller disturbances of the host (and re-measures more often), higher lets more of a loaded host's "
+        "uneven slowdown through as speedup"))
+    baseline_record_keep: int = Field(9, ge=1, description=(
+        "trusted baseline medians kept per task, baseline and device as the drift reference (their median); "
+        "more is steadier against a few odd ones, fewer follows a real change of the machine sooner"))
+    baseline_record_min: int = Field(3, ge=1, description=(
+        "kept medians needed before the drift check applies; fewer checks earlier in a run, on a reference "
+        "one odd baseline job can still set"))
     format_reward: float = Field(0.0, description=(
         "opt-in shaping for training small models (0 = off, DESIGN.md's pure reward): the training reward of a "
         "failing answer whose code block parsed but did not compile; answers refused as reward hacks always "
@@ -396,6 +408,12 @@ class RewardConfig(_Strict):
             raise ValueError("reward shaping needs fail_reward <= format_reward <= compile_reward < "
                              f"min_correct_reward (got {self.fail_reward}, {self.format_reward}, "
                              f"{self.compile_reward}, {self.min_correct_reward})")
+        if self.baseline_record_min > self.baseline_record_keep:
+            raise ValueError(f"reward.baseline_record_min ({self.baseline_record_min}) must not exceed "
+                             f"reward.baseline_record_keep ({self.baseline_record_keep}): the check would never apply")
+        bad = {k: v for k, v in self.baseline_drift.items() if not v > 1}
+        if bad:
+            raise ValueError(f"reward.baseline_drift factors must be above 1 (a factor off either way), got {bad}")
         return self
 
 

@@ -185,7 +185,9 @@ def group_metrics(groups: Sequence[Group]) -> dict[str, float]:
     apart from the evaluator's `malformed`, because it says whether the model learned the answer
     format, not whether its code is valid. Speedup quantiles (linear interpolation) are over
     correct kernels and absent when there is none. `zero_variance_groups` is over groups: those
-    give GRPO nothing to learn from.
+    give GRPO nothing to learn from. `speed_unpaid_rate` counts correct kernels whose speed earned
+    nothing because the timing could not be trusted (it never settled, or the baseline measured far
+    off its record: a disturbed timer host shows here first).
     """
     trajs = [t for g in groups for t in g.trajectories]
     n = len(trajs)
@@ -208,6 +210,8 @@ def group_metrics(groups: Sequence[Group]) -> dict[str, float]:
         "rollout/fast_1.2": sum(s > 1.2 for s in speedups) / n,
         "rollout/zero_variance_groups": sum(g.reward_std() == 0 for g in groups) / len(groups),
         "rollout/truncated_rate": sum(t.truncated for t in trajs) / n,
+        "rollout/speed_unpaid_rate": sum(1 for m in measured if m.correct and (
+            m.extra.get("unstable_measurement") or m.extra.get("baseline_drift"))) / n,
         "rollout/completion_tokens_mean": statistics.fmean(len(t.token_ids) for t in trajs),
     }
     out.update({f"rollout/reject_rate/{reason}": count / n for reason, count in sorted(reasons.items())})

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation import confine, sandbox
+from rl_kernels.evaluation.baseline_record import BaselineRecord
 from rl_kernels.evaluation.compile_cache import KeptCompile
 from rl_kernels.evaluation.build import build_candidate, runnable_arch
 from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
@@ -141,6 +142,12 @@ class Evaluator:
         digest = hashlib.sha256(key.encode()).hexdigest()[:24]
         return self.cache_dir / "baselines" / f"{digest}.json"
 
+    def baseline_record(self, task: Task) -> BaselineRecord:
+        """This task's record of trusted baseline medians on this device (beside its baseline cache)."""
+        r = self.cfg.reward
+        return BaselineRecord.load(self._baseline_cache_path(task).with_suffix(".record.json"),
+                                   r.baseline_record_keep, r.baseline_record_min)
+
     def _kept_compile(self, task: Task, baselines: list[str]) -> KeptCompile | None:
         """Where this task's compiled `compile` baseline is kept and compiled (None when no job of it
         compiles); the work dir is one per device, so inductor's absolute paths stay valid."""
@@ -178,6 +185,7 @@ class Evaluator:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(path)
+        self.baseline_record(task).add(data["ms"])
         return data
 
     def best_baseline(self, task: Task) -> tuple[str, dict[str, float]]:
@@ -309,10 +317,20 @@ class Evaluator:
                 return m
             if self._unstable(m):
                 self._mark_unstable(m)
+        record = self.baseline_record(task)
+        if record.problem:
+            m.extra["baseline_record_problem"] = record.problem
+        if m.rejected is None and "unstable_measurement" not in m.extra and self._drifted(m, record):
+            if not remeasure(lambda: not self._drifted(m, record)):
+                return m
+            if self._drifted(m, record):
+                self._mark_drifted(m, record)
         if m.rejected is None and self._suspicious(m, task):
             if not remeasure(lambda: False):
                 return m
             self._settle_suspicion(m, task)
+        if self._trusted_speed(m):
+            record.add({baseline: m.baseline_ms})
         return m
 
     def _measure(self, task: Task, source: str, build: Build, baseline: str, m: Measurement) -> dict | None:
@@ -399,14 +417,42 @@ class Evaluator:
         return max(m.candidate_spread or 0.0, m.baseline_spread or 0.0) > limit
 
     def _mark_unstable(self, m: Measurement) -> None:
-        """Reported with both spreads; the reward keeps the correct-kernel part only."""
+        """Reported with both spreads; paid at most as a 1x kernel (`measurement_reward`)."""
         limit = self.cfg.reward.max_spread[self.cfg.backend]
         m.extra["unstable_measurement"] = {"candidate_spread": m.candidate_spread,
                                            "baseline_spread": m.baseline_spread, "max_spread": limit}
         m.detail = (f"{Reason.UNSTABLE_MEASUREMENT.value}: spread {m.candidate_spread:.3f} (candidate) and "
                     f"{m.baseline_spread:.3f} (baseline {m.baseline}) above {limit} after "
-                    f"{m.extra.get('remeasured', 0)} re-measurement(s); no speedup reward")
+                    f"{m.extra.get('remeasured', 0)} re-measurement(s); paid at most as a 1x kernel")
         m.reward = measurement_reward(m, self.cfg.reward)
+
+    def _drifted(self, m: Measurement, record: BaselineRecord) -> bool:
+        """The baseline's median is further off its record than `reward.baseline_drift` allows."""
+        reference = record.reference(m.baseline)
+        if reference is None or not m.baseline_ms:
+            return False
+        m.extra["baseline_reference_ms"] = reference
+        limit = self.cfg.reward.baseline_drift.get(self.cfg.backend, math.inf)
+        return (record.drift(m.baseline, m.baseline_ms) or 1.0) > limit
+
+    def _mark_drifted(self, m: Measurement, record: BaselineRecord) -> None:
+        """Reported with both medians; paid at most as a 1x kernel (`measurement_reward`)."""
+        reference = record.reference(m.baseline)
+        limit = self.cfg.reward.baseline_drift[self.cfg.backend]
+        m.extra["baseline_drift"] = {"baseline_ms": m.baseline_ms, "reference_ms": reference, "limit": limit,
+                                     "record": len(record.ms[m.baseline])}
+        m.detail = (f"{Reason.BASELINE_DRIFT.value}: baseline {m.baseline} measured {m.baseline_ms:.4f} ms against "
+                    f"its usual {reference:.4f} ms on this device (median of {len(record.ms[m.baseline])} "
+                    f"evaluations and baseline jobs; limit {limit}x either way) after "
+                    f"{m.extra.get('remeasured', 0)} re-measurement(s): the host was disturbed during this "
+                    "evaluation, so its speedup is not trusted; paid at most as a 1x kernel")
+        m.reward = measurement_reward(m, self.cfg.reward)
+
+    @staticmethod
+    def _trusted_speed(m: Measurement) -> bool:
+        """Correct, not flagged, steady and on its record: its baseline median may join the record."""
+        return (m.rejected is None and m.correct and m.flagged is None and bool(m.baseline_ms)
+                and "unstable_measurement" not in m.extra and "baseline_drift" not in m.extra)
 
     def _suspicious(self, m: Measurement, task: Task) -> bool:
         bound = self._roofline_ms(task, m)

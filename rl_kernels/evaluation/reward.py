@@ -1,8 +1,8 @@
 """The reward: the one place a Measurement becomes a number (DESIGN.md protocol step 5).
 
 `measurement_reward` is the evaluator's: 0 (`fail_reward`) when any gate failed or the speedup is
-flagged; a correct kernel whose timing stayed unstable after re-measuring earns `correct_base`
-alone; any other correct kernel earns `correct_base` plus its log-speedup, counted only beyond the noise
+flagged; a correct kernel whose timing stayed unstable, or whose baseline stayed far off its record,
+after re-measuring earns at most what a 1x kernel earns (its speed may count against it, never for it); any other correct kernel earns `correct_base` plus its log-speedup, counted only beyond the noise
 floor (so a re-measured copy of the baseline earns exactly the base), clipped on both sides, and
 never below `min_correct_reward`: a slow but correct kernel still beats a broken one, which keeps
 the incentive to stay correct.  `training_reward` is what the learner sees: the evaluator's reward
@@ -53,9 +53,12 @@ def measurement_reward(m: Measurement, cfg: RewardConfig) -> float:
     """The evaluator's reward for a finished measurement (its gates, flags and speedup as recorded)."""
     if not earned_correct_reward(m):
         return cfg.fail_reward
-    if m.extra.get("unstable_measurement"):
-        return correct_reward(1.0, cfg)   # correct, but its speedup is noise: no speedup term
-    return correct_reward(m.speedup, cfg, m.extra.get("noise_floor"))
+    paid = correct_reward(m.speedup, cfg, m.extra.get("noise_floor"))
+    if m.extra.get("unstable_measurement") or m.extra.get("baseline_drift"):
+        # An untrusted speed may count against the kernel, never for it: neither a slow kernel that
+        # makes its own timing jitter nor a host that slows the baseline earns more than a 1x kernel.
+        return min(paid, correct_reward(1.0, cfg))
+    return paid
 
 
 def training_reward(m: Measurement | None, cfg: RewardConfig) -> float:

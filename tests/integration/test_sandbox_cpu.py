@@ -11,7 +11,9 @@ import pytest
 
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.evaluator import Evaluator
+from rl_kernels.evaluation.reward import correct_reward
 from rl_kernels.tasks import get_task
+from rl_kernels.types import Measurement
 
 CANDIDATES = Path(__file__).resolve().parents[1] / "candidates"
 TASK = "hgemm/fp32/128_128_128"
@@ -19,6 +21,11 @@ TASK = "hgemm/fp32/128_128_128"
 
 def _honest() -> str:
     return (CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp").read_text()
+
+
+def _at_most_1x(m: Measurement, cfg: EvalConfig) -> float:
+    """The reward of a correct kernel whose speed is not trusted: what it measured, capped at 1x's."""
+    return min(correct_reward(m.speedup, cfg.reward, m.extra["noise_floor"]), correct_reward(1.0, cfg.reward))
 
 
 @pytest.mark.parametrize("name, reason, detail", [
@@ -91,7 +98,7 @@ def test_a_kernel_that_needs_more_of_torch_than_the_shim_builds_against_torch(cp
 
 def test_a_measurement_that_never_settles_is_reported_and_earns_no_speedup(cpu_config: EvalConfig) -> None:
     """Spread above the backend's limit: re-measured in a new process, still above: reported with both
-    spreads, correct, and rewarded as a correct kernel without a speedup term."""
+    spreads, correct, and paid at most as a 1x kernel."""
     cfg = cpu_config.model_copy(deep=True)
     cfg.reward.max_spread = {"cpu": 1e-9}
     m = Evaluator(cfg).evaluate(get_task(TASK), _honest())
@@ -100,7 +107,52 @@ def test_a_measurement_that_never_settles_is_reported_and_earns_no_speedup(cpu_c
     assert unstable["candidate_spread"] == m.candidate_spread and unstable["baseline_spread"] == m.baseline_spread
     assert m.extra["remeasured"] == cfg.reward.remeasure_attempts and len(m.extra["seeds"]) == 2
     assert "unstable_measurement" in m.detail
-    assert m.reward == pytest.approx(max(cfg.reward.min_correct_reward, cfg.reward.correct_base))
+    assert m.reward == pytest.approx(_at_most_1x(m, cfg))
+
+
+def test_a_baseline_far_off_its_record_earns_no_speedup_and_stays_out_of_the_record(
+        cpu_config: EvalConfig, tmp_path: Path) -> None:
+    """The record says the baseline runs 20x faster than it does here (as if every earlier evaluation
+    had an idle host and this one a loaded one): re-measured in a new process, still off: reported
+    with both medians, correct, paid at most as a 1x kernel, and the record keeps its values."""
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.build.cache_dir = str(tmp_path / "cache")
+    evaluator = Evaluator(cfg)
+    task = get_task(TASK)
+    baseline, medians = evaluator.best_baseline(task)     # the baseline job adds its median to the record
+    record = evaluator.baseline_record(task)
+    assert record.ms[baseline] == [medians[baseline]]
+    for _ in range(cfg.reward.baseline_record_min):
+        record.add({baseline: medians[baseline] / 20})
+    seeded = list(evaluator.baseline_record(task).ms[baseline])
+    m = evaluator.evaluate(task, _honest())
+    assert m.correct and m.rejected is None, m.detail
+    drift = m.extra["baseline_drift"]
+    assert drift["reference_ms"] == pytest.approx(medians[baseline] / 20) and drift["baseline_ms"] == m.baseline_ms
+    assert m.baseline_ms > cfg.reward.baseline_drift["cpu"] * drift["reference_ms"]
+    assert m.extra["remeasured"] == cfg.reward.remeasure_attempts and len(m.extra["seeds"]) == 2
+    assert m.detail.startswith("baseline_drift: baseline ") and "host was disturbed" in m.detail
+    assert m.reward == pytest.approx(_at_most_1x(m, cfg))
+    assert evaluator.baseline_record(task).ms[baseline] == seeded
+
+
+def test_evaluations_on_the_record_add_to_it(cpu_config: EvalConfig, tmp_path: Path) -> None:
+    """From `baseline_record_min` kept medians on, every evaluation is checked against their median,
+    and each one on it adds its own baseline median."""
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.build.cache_dir = str(tmp_path / "cache")
+    cfg.reward.baseline_record_min = 2
+    cfg.reward.baseline_drift = {"cpu": 100.0}    # wide: this test is the bookkeeping, not the host's noise
+    evaluator = Evaluator(cfg)
+    task = get_task(TASK)
+    first = evaluator.evaluate(task, _honest())
+    assert "baseline_reference_ms" not in first.extra      # one median kept (the baseline job's): no check yet
+    second = evaluator.evaluate(task, _honest())
+    assert second.extra["baseline_reference_ms"] > 0
+    for m in (first, second):
+        assert m.correct and "baseline_drift" not in m.extra and "remeasured" not in m.extra, m.detail
+    kept = evaluator.baseline_record(task).ms[first.baseline]
+    assert kept[1:] == [first.baseline_ms, second.baseline_ms] and len(kept) == 3
 
 
 def test_bench_over_a_directory(cpu_config: EvalConfig, tmp_path: Path) -> None:

@@ -177,11 +177,11 @@ def test_credentials_are_found_in_env_or_netrc(no_credentials: Path, monkeypatch
 
 def _traj(reward: float, tokens: int, *, compiled: bool = False, correct: bool = False,
           rejected: str | None = None, speedup: float | None = None, parse_failure: str | None = None,
-          truncated: bool = False) -> Trajectory:
+          truncated: bool = False, extra: dict | None = None) -> Trajectory:
     """A scored completion; `parse_failure` (the parser's reason) means no code and no measurement."""
     m = None if parse_failure is not None else Measurement(task="t", backend="cpu", mode="kernel", compiled=compiled,
                                                            correct=correct, rejected=rejected,
-                                                           speedup=speedup, reward=reward)
+                                                           speedup=speedup, reward=reward, extra=extra or {})
     return Trajectory(index=0, completion="", source=None, reward=reward, measurement=m,
                       token_ids=list(range(tokens)), truncated=truncated, detail=parse_failure or "")
 
@@ -201,7 +201,7 @@ def _groups() -> list[Group]:
         ]),
         Group("g3", "c", 0, [
             _traj(0.5, 80, compiled=True, correct=True, speedup=1.1),
-            _traj(0.75, 90, compiled=True, correct=True, speedup=1.5),
+            _traj(0.75, 90, compiled=True, correct=True, speedup=1.5, extra={"baseline_drift": {"limit": 2.0}}),
         ]),
     ]
 
@@ -230,6 +230,7 @@ def test_group_metrics_match_hand_computed_values() -> None:
         "rollout/fast_1.2": 2 / 9,
         "rollout/zero_variance_groups": 1 / 3,
         "rollout/truncated_rate": 1 / 9,
+        "rollout/speed_unpaid_rate": 1 / 9,           # g3's second: its baseline drifted
         "rollout/completion_tokens_mean": 50.0,
     }
     assert got.keys() == expected.keys()

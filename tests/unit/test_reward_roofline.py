@@ -59,12 +59,18 @@ def test_measurement_reward_is_the_one_place_a_verdict_becomes_a_number() -> Non
         assert measurement_reward(dataclasses.replace(base, **failed), cfg) == cfg.fail_reward, failed
 
 
-def test_an_unstable_measurement_keeps_the_correct_reward_but_no_speedup() -> None:
+@pytest.mark.parametrize("untrusted", [{"unstable_measurement": {"candidate_spread": 0.02, "baseline_spread": 0.6}},
+                                       {"baseline_drift": {"baseline_ms": 4.0, "reference_ms": 1.0, "limit": 2.0}}])
+def test_an_untrusted_speed_counts_against_a_kernel_never_for_it(untrusted: dict) -> None:
+    """Unstable or drifted: a fast kernel is paid as 1x, a slow one as what it measured, so neither a
+    slow kernel that makes its own timing jitter nor a host that slows the baseline gains anything."""
     cfg = RewardConfig()
-    m = Measurement(task="t", backend="cuda", mode="kernel", compiled=True, correct=True, speedup=2.4,
-                    extra={"unstable_measurement": {"candidate_spread": 0.02, "baseline_spread": 0.6}})
+    m = Measurement(task="t", backend="cuda", mode="kernel", compiled=True, correct=True, speedup=2.4, extra=untrusted)
     assert measurement_reward(m, cfg) == pytest.approx(cfg.correct_base)
-    assert measurement_reward(dataclasses.replace(m, speedup=0.3), cfg) == pytest.approx(cfg.correct_base)
+    slow = dataclasses.replace(m, speedup=0.3)
+    assert measurement_reward(slow, cfg) == pytest.approx(correct_reward(0.3, cfg))
+    assert correct_reward(0.3, cfg) < cfg.correct_base
+    assert measurement_reward(slow, cfg) == measurement_reward(dataclasses.replace(slow, extra={}), cfg)
 
 
 def test_a_training_reward_splits_into_its_gate_and_speed_term() -> None:
