@@ -15,7 +15,6 @@ have triggered. Prints one row per group with a drifted evaluation or a referenc
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rl_kernels.evaluation.baseline_record import BaselineRecord  # noqa: E402
+from rl_kernels.trajectories import FILENAME, read_groups  # noqa: E402
 
 
 def main() -> int:
@@ -33,7 +33,7 @@ def main() -> int:
     ap.add_argument("--keep", type=int, default=9)
     ap.add_argument("--min-count", type=int, default=3)
     args = ap.parse_args()
-    path = args.run_dir / "trajectories.jsonl"
+    path = args.run_dir / FILENAME
     if not path.is_file():
         print(f"{path}: no trajectories file (is {args.run_dir} a run directory?)", file=sys.stderr)
         return 2
@@ -41,35 +41,31 @@ def main() -> int:
     last_job: dict[str, dict[str, float]] = {}
     rows, correct, drifted = [], 0, 0
     with tempfile.TemporaryDirectory() as scratch:
-        for line in path.read_text().splitlines():
-            group = json.loads(line).get("group")
-            if not group:
-                continue
-            task = group["task_id"]
+        for _, group in read_groups(path):
+            task = group.task_id
             record = records.setdefault(task, BaselineRecord(Path(scratch) / f"{len(records)}.json",
                                                              args.keep, args.min_count))
-            refs, ratios, flagged, seen = [], [], 0, set()
-            for t in group["trajectories"]:
-                m = t.get("measurement")
-                if not m or not m.get("correct") or not m.get("baseline_ms") or t.get("source") in seen:
+            ratios, flagged, seen = [], 0, set()
+            for t in group.trajectories:
+                m = t.measurement
+                if m is None or not m.correct or not m.baseline_ms or t.source in seen:
                     continue
-                seen.add(t.get("source"))     # a program written twice in a group is evaluated once
-                if m.get("baselines_ms") and m["baselines_ms"] != last_job.get(task):
-                    last_job[task] = m["baselines_ms"]
-                    record.add(m["baselines_ms"])
+                seen.add(t.source)     # a program written twice in a group is evaluated once
+                if m.baselines_ms and m.baselines_ms != last_job.get(task):
+                    last_job[task] = m.baselines_ms
+                    record.add(m.baselines_ms)
                 correct += 1
-                ref = record.reference(m["baseline"])
-                drift = record.drift(m["baseline"], m["baseline_ms"])
+                ref = record.reference(m.baseline)
                 if ref is not None:
-                    refs.append(ref)
-                    ratios.append(m["baseline_ms"] / ref)
+                    ratios.append(m.baseline_ms / ref)
+                drift = record.drift(m.baseline, m.baseline_ms)
                 if drift is not None and drift > args.limit:
                     flagged += 1
                 else:
-                    record.add({m["baseline"]: m["baseline_ms"]})
+                    record.add({m.baseline: m.baseline_ms})
             drifted += flagged
             if ratios:
-                rows.append((group["group_id"][:7], task, group["policy_version"], len(ratios), min(ratios),
+                rows.append((group.group_id[:7], task, group.policy_version, len(ratios), min(ratios),
                              max(ratios), flagged))
     print(f"| group | task | version | checked | baseline / reference min | max | drifted (> {args.limit}x) |")
     print("|---|---|---|---|---|---|---|")

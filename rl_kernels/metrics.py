@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from rl_kernels.config import MetricsConfig
 from rl_kernels.evaluation.reasons import HACK_REASONS
+from rl_kernels.evaluation.reward import untrusted_speed
 from rl_kernels.trajectories import Group, truncate_torn_tail, read_records
 
 if TYPE_CHECKING:
@@ -210,8 +211,7 @@ def group_metrics(groups: Sequence[Group]) -> dict[str, float]:
         "rollout/fast_1.2": sum(s > 1.2 for s in speedups) / n,
         "rollout/zero_variance_groups": sum(g.reward_std() == 0 for g in groups) / len(groups),
         "rollout/truncated_rate": sum(t.truncated for t in trajs) / n,
-        "rollout/speed_unpaid_rate": sum(1 for m in measured if m.correct and (
-            m.extra.get("unstable_measurement") or m.extra.get("baseline_drift"))) / n,
+        "rollout/speed_unpaid_rate": sum(1 for m in measured if m.correct and untrusted_speed(m)) / n,
         "rollout/completion_tokens_mean": statistics.fmean(len(t.token_ids) for t in trajs),
     }
     out.update({f"rollout/reject_rate/{reason}": count / n for reason, count in sorted(reasons.items())})

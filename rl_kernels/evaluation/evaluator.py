@@ -31,7 +31,7 @@ from rl_kernels.evaluation.device import DeviceIdentity, device_lock, identify
 from rl_kernels.evaluation.guards import static_check
 from rl_kernels.evaluation.launches import dispatch_audit_wanted, launch_evidence_wanted
 from rl_kernels.evaluation.reasons import CLOCK_GAP, Reason
-from rl_kernels.evaluation.reward import measurement_reward, noise_floor
+from rl_kernels.evaluation.reward import earned_correct_reward, measurement_reward, noise_floor, untrusted_speed
 from rl_kernels.evaluation.roofline import min_time_ms
 from rl_kernels.evaluation.standby import Standby
 from rl_kernels.evaluation.timing import median, rel_spread
@@ -320,7 +320,7 @@ class Evaluator:
         record = self.baseline_record(task)
         if record.problem:
             m.extra["baseline_record_problem"] = record.problem
-        if m.rejected is None and "unstable_measurement" not in m.extra and self._drifted(m, record):
+        if m.rejected is None and not untrusted_speed(m) and self._drifted(m, record):
             if not remeasure(lambda: not self._drifted(m, record)):
                 return m
             if self._drifted(m, record):
@@ -329,7 +329,7 @@ class Evaluator:
             if not remeasure(lambda: False):
                 return m
             self._settle_suspicion(m, task)
-        if self._trusted_speed(m):
+        if earned_correct_reward(m) and not untrusted_speed(m):   # its baseline median may join the record
             record.add({baseline: m.baseline_ms})
         return m
 
@@ -447,12 +447,6 @@ class Evaluator:
                     f"{m.extra.get('remeasured', 0)} re-measurement(s): the host was disturbed during this "
                     "evaluation, so its speedup is not trusted; paid at most as a 1x kernel")
         m.reward = measurement_reward(m, self.cfg.reward)
-
-    @staticmethod
-    def _trusted_speed(m: Measurement) -> bool:
-        """Correct, not flagged, steady and on its record: its baseline median may join the record."""
-        return (m.rejected is None and m.correct and m.flagged is None and bool(m.baseline_ms)
-                and "unstable_measurement" not in m.extra and "baseline_drift" not in m.extra)
 
     def _suspicious(self, m: Measurement, task: Task) -> bool:
         bound = self._roofline_ms(task, m)

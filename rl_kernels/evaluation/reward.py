@@ -49,12 +49,18 @@ def earned_correct_reward(m: Measurement) -> bool:
     return m.rejected is None and m.correct and m.flagged is None and bool(m.speedup)
 
 
+def untrusted_speed(m: Measurement) -> bool:
+    """Its timing never settled, or its baseline measured far off its record: the speed it reports
+    may count against the kernel, never for it (and stays out of the baseline record)."""
+    return bool(m.extra.get("unstable_measurement") or m.extra.get("baseline_drift"))
+
+
 def measurement_reward(m: Measurement, cfg: RewardConfig) -> float:
     """The evaluator's reward for a finished measurement (its gates, flags and speedup as recorded)."""
     if not earned_correct_reward(m):
         return cfg.fail_reward
     paid = correct_reward(m.speedup, cfg, m.extra.get("noise_floor"))
-    if m.extra.get("unstable_measurement") or m.extra.get("baseline_drift"):
+    if untrusted_speed(m):
         # An untrusted speed may count against the kernel, never for it: neither a slow kernel that
         # makes its own timing jitter nor a host that slows the baseline earns more than a 1x kernel.
         return min(paid, correct_reward(1.0, cfg))
