@@ -3,7 +3,8 @@ the worker: when (`eval.sandbox.prestart`: `off` when its job arrives, `after_jo
 before it ended, `beside_job` as the job before it started) and how (a new process that imports for
 itself, or with a `+fork` suffix forked from the fork server, `eval.sandbox.fork_server`), and
 whether a started worker creates its CUDA contexts before its job (a `+device` suffix,
-`eval.sandbox.prestart_device`; without it, it does not), in one run.
+`eval.sandbox.prestart_device`; without it, it does not) and makes the running job's problem before
+its job (a `+problem` suffix, `eval.sandbox.prestart_problem`; without it, it does not), in one run.
 
     python benchmarks/eval_throughput.py --config configs/local.yaml \\
         [--tasks hgemm/fp32/256_256_256,builtin/softmax] [--paths off,beside_job,off+fork,beside_job+fork] \\
@@ -18,7 +19,8 @@ evaluator's started worker must not import beside the other path's timed calls).
 Printed per task and path: evaluations per minute (repeats over the summed evaluation wall time),
 the median and p90 evaluation time, the median and p90 of each worker phase (`start` is process
 start and imports for a fresh worker, reading the job for a started one; `setup` the device and
-the task's problem; `timing` the baseline's and the candidate's interleaved calls;
+the task's problem; `warm` the baseline's first call; `share` (split boundary) the runner's setup
+and the input sets made and mapped into it; `timing` the baseline's and the candidate's interleaved calls;
 `teardown` from the verdict to the process's end; a re-measured evaluation shows its last
 measurement's phases), the started worker's own start-up paid before its job, the
 share of the evaluation spent in timed calls (samples x (candidate + baseline time)) and in the
@@ -45,8 +47,9 @@ from rl_kernels.tasks import get_task  # noqa: E402
 from rl_kernels.types import Measurement  # noqa: E402
 
 PATHS = (*(f"{when}{how}" for how in ("", "+fork") for when in ("off", "after_job", "beside_job")),
-         "after_job+fork+device", "beside_job+fork+device")
-PHASES = ("start", "setup", "baselines", "warm", "load", "correctness", "launches", "timing", "teardown")
+         "after_job+fork+problem", "beside_job+fork+problem",
+         *(f"{when}+fork+device{problem}" for problem in ("", "+problem") for when in ("after_job", "beside_job")))
+PHASES = ("start", "setup", "baselines", "warm", "share", "load", "correctness", "launches", "timing", "teardown")
 CHECKED_AND_TIMED = ("correctness", "launches", "timing")
 
 
@@ -63,7 +66,8 @@ def run_path(cfg: EvalConfig, task_id: str, path: str, repeats: int,
     source = task.seeds[cfg.backend]
     prestart, *how = path.split("+")
     path_cfg = cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(
-        update={"prestart": prestart, "fork_server": "fork" in how, "prestart_device": "device" in how})})
+        update={"prestart": prestart, "fork_server": "fork" in how, "prestart_device": "device" in how,
+                "prestart_problem": "problem" in how})})
     evaluator = Evaluator(path_cfg)
     build = evaluator.build(task, source)
     evaluator.best_baseline(task)
@@ -75,9 +79,11 @@ def run_path(cfg: EvalConfig, task_id: str, path: str, repeats: int,
         m = evaluator.evaluate(task, source, build)
         runs.append((time.monotonic() - t0, m))
         phases = " ".join(f"{p} {v:.2f}" for p, v in m.extra.get("phase_s", {}).items())
+        ahead = m.extra.get("problem_ahead")
+        made = f", made ahead {ahead['task']} in {ahead['seconds']:.2f} s{' (failed)' if ahead['error'] else ''}" if ahead else ""
         print(f"{task_id} {path} {i + 1}/{repeats}: {runs[-1][0]:.2f} s, {m.rejected or 'correct'}, "
-              f"workers {m.extra.get('workers')}, forked {m.extra.get('forked', '-')}, started {m.extra.get('prestart_s', '-')} s before; {phases}",
-              flush=True)
+              f"workers {m.extra.get('workers')}, forked {m.extra.get('forked', '-')}, started {m.extra.get('prestart_s', '-')} s before"
+              f"{made}; {phases}", flush=True)
         if m.rejected:
             print(f"  {m.rejected}: {m.detail[-1500:]}", flush=True)
     evaluator.close()
@@ -138,7 +144,7 @@ def main() -> int:
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     cfg = load_config(args.config, args.overrides).eval
-    usable = [p for p in PATHS if cfg.backend == "cuda" or not p.endswith("+device")]
+    usable = [p for p in PATHS if cfg.backend == "cuda" or "+device" not in p]
     paths = args.paths.split(",") if args.paths else usable
     unknown = [p for p in paths if p not in usable]
     if unknown:

@@ -160,6 +160,14 @@ class SandboxConfig(_Strict):
         "are), instead of inside the evaluation's setup and warm phases; each waiting worker then holds "
         "its contexts' device memory (hundreds of MiB each). Still one process per candidate; no "
         "effect on the cpu backend or with prestart off"))
+    prestart_problem: bool = Field(True, description=(
+        "A started worker also makes the problem of the task the job beside it has (reference model, inputs "
+        "on a seed of its own, each baseline called once: a compiled one loaded from the kept caches, the "
+        "cuBLAS ones' library) before its job, stopped during timed phases as the imports are: a job of "
+        "the same task then pays ~0.1 s instead of ~1 s (H100, a compiled softmax) for its warm phase; one "
+        "of another task pays what it would have. Costs each waiting worker one problem's memory; with "
+        "isolation process only for tasks whose baselines do not compile (their compile dir is shared), on "
+        "cuda only with prestart_device"))
     prestart_workers: int = Field(1, ge=1, le=16, description=(
         "How many workers are kept started ahead (with prestart on); each job takes the oldest. More "
         "than one hides a start-up longer than a job (H200 host: ~12 s with torch.compile's imports "

@@ -4,14 +4,17 @@ Every evaluation runs in a fresh worker, so a `compile` baseline was compiled fr
 time: most of a module evaluation's wall time on an H200 (~20 s of ~25 s), and a fresh compile
 (inductor's choices, triton's autotuning) in every evaluation. The evaluator keeps inductor's and
 triton's cache dirs per task instead. Inductor writes absolute cache paths into the code it
-generates (its autotuning results, for one), so the caches live at one fixed directory per device
-(`KeptCompile.workdir`, used by one evaluation at a time under the device lock) rather than in each
-scratch dir: before a job the evaluator empties it and copies the task's kept files in (`seed`); the
-worker lists what it holds, with each file's sha256, once the baseline is compiled and warm and
-before any candidate code is loaded (`manifest`); afterwards the evaluator stores the listed files
-whose bytes still match (`harvest`) and empties the directory. A candidate that rewrites a cache file
-after its evaluation's listing changes nothing that is kept; the store itself lies in the build
-cache, which the worker cannot see.
+generates (its autotuning results, for one), so a worker sees its caches at one fixed path per
+device (`KeptCompile.workdir`). Under namespaces each worker's own directory (in its scratch dir)
+is bound there (`sandbox.StartedWorker.compile_dir`); under `process` isolation the fixed directory
+itself is used, by one evaluation at a time under the device lock. Before a job the evaluator
+empties the worker's directory and copies the task's kept files in (`seed`), unless the worker
+made its problem ahead from the same files; the worker lists what it holds, with each file's
+sha256, once the baseline is compiled and warm and before any candidate code is loaded
+(`manifest`); afterwards the evaluator stores the listed files whose bytes still match (`harvest`)
+and empties the directory. A candidate that rewrites a cache file after its evaluation's listing
+changes nothing that is kept, and under namespaces no other worker ever reads it; the store itself
+lies in the build cache, which the worker cannot see.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ CACHE_DIRS = ("inductor", "triton")
 @dataclass(frozen=True)
 class KeptCompile:
     store: Path     # the task's kept files (in the build cache)
-    workdir: Path   # the fixed directory the worker compiles in (one per device)
+    workdir: Path   # the fixed path a worker sees its compile dir at (one per device)
 
 
 def env_dirs() -> list[Path]:

@@ -99,19 +99,34 @@ class Evaluator:
                                   warm_compile=self._compiles_baseline(job),
                                   dispatch_tools=self._dispatch_tools,
                                   device_ahead=self.cfg.backend == "cuda" and self.cfg.sandbox.prestart_device)
-        worker, why = self.standby.take(spec)
+        worker, why = self.standby.take(spec, job["task"]["id"])
+        prime = self._prime(job, spec, kept)
         beside = self.cfg.sandbox.prestart == "beside_job"
         if beside:
-            self.standby.refill(spec)
+            self.standby.refill(spec, prime)
         with self._holding_device() as host_wait_s:
             res = sandbox.run_job(job, artifact, artifact_name, spec, kept, worker,
                                   beside=self.standby.workers if beside else (),
                                   start=self.standby.start)
         if not beside:
-            self.standby.refill(spec)     # after_job: outside the locks, once nothing of this job runs
+            self.standby.refill(spec, prime)     # after_job: outside the locks, once nothing of this job runs
         if worker is None and why != "none":
             res.worker = f"fresh (the started worker: {why})"
         return res, host_wait_s
+
+    def _prime(self, job: dict[str, Any], spec: sandbox.WorkerSpec, kept: KeptCompile | None) -> sandbox.Prime | None:
+        """What the next jobs' workers make ahead (`eval.sandbox.prestart_problem`): this job's task with
+        the baselines it runs, the likeliest next job.  None where a worker has no compile dir of its
+        own to load a compiled baseline from (isolation process, see `sandbox.StartedWorker`), and on
+        cuda without `prestart_device` (a worker then touches the device only once its job is there)."""
+        sb = self.cfg.sandbox
+        if not sb.prestart_problem or (kept is not None and sb.isolation != "namespaces"):
+            return None
+        if self.cfg.backend == "cuda" and not sb.prestart_device:
+            return None
+        fields = {k: job[k] for k in ("task", "backend", "config", "cublas_library") if k in job}
+        baselines = job.get("baselines") or [job["baseline"]]
+        return sandbox.Prime(job={**fields, "baselines": list(baselines)}, store=kept.store if kept else None)
 
     def _compiles_baseline(self, job: dict[str, Any]) -> bool:
         """Whether the job's worker may compile a baseline with torch.compile (a module task with
@@ -346,6 +361,8 @@ class Evaluator:
         m.extra["forked"] = res.forked
         if res.prestart_s is not None:
             m.extra["prestart_s"] = res.prestart_s
+        if res.ahead is not None:
+            m.extra["problem_ahead"] = res.ahead
         if self.host is not None:
             m.extra["host_wait_s"] = round(m.extra.get("host_wait_s", 0.0) + host_wait_s, 3)
         failure = res.failure()

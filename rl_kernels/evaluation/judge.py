@@ -402,7 +402,9 @@ class SplitEvaluation:
 def run_split(job: dict[str, Any], problem: Any, cfg: EvalConfig, device: str, seed: int,
               runner: RunnerProcess, report: Any) -> dict[str, Any]:
     """The candidate job under the split boundary, with a runner forked before the problem was set
-    up; the caller has set up the problem and warmed the baseline."""
+    up; the caller has set up the problem and warmed the baseline.  Phase `share`: the runner's own
+    setup and the input sets made and mapped into it, before the candidate is loaded."""
+    report.phase("share")
     runner.ask({"op": "setup", "config": job["config"], "task": job["task"], "backend": job["backend"],
                 "artifact_name": job["artifact_name"], "candidate_source": job.get("candidate_source", "")})
     ev = SplitEvaluation(problem, cfg, device, seed, job["baseline"], runner, report.beat)

@@ -56,6 +56,7 @@ class SandboxResult:
     worker: str = "fresh"                  # "standby" (started before the job) or "fresh" (started for it)
     prestart_s: float | None = None        # a standby's start until ready (spawn and imports), paid before the job
     forked: bool = False                   # the worker was forked from a fork server (else started as a new process)
+    ahead: dict[str, Any] | None = None    # the problem a standby made before its job: task, seconds, error
 
     def failure(self) -> tuple[Reason, str] | None:
         """The reason this run produced no usable verdict, if it did not."""
@@ -151,6 +152,7 @@ class _Progress:
         self.marks: list[tuple[str, float]] = [("start", self.last_at)]   # (phase, when it began)
         self.ready = threading.Event()   # the worker finished its imports and waits for its job
         self.ready_at: float | None = None
+        self.ahead: dict[str, Any] | None = None   # what the worker said it made ahead (`worker.problem_ahead`)
         self.on_phase: Callable[[str], None] | None = None   # called (in the reader thread) as each phase begins
         self._lock = threading.Lock()
 
@@ -168,11 +170,13 @@ class _Progress:
                     elif line == READY_LINE and not self.ready.is_set():
                         self.ready_at = self.last_at
                         self.ready.set()
+                    elif line.startswith('{"ahead"') and not self.ready.is_set():   # no candidate has run yet
+                        self.ahead = _ahead(line)
 
     def begin(self, at: float) -> None:
         """The job starts now: what the worker said while it waited for it is not the job's."""
         with self._lock:
-            self.lines = [ln for ln in self.lines if ln != READY_LINE]
+            self.lines = [ln for ln in self.lines if ln != READY_LINE and not ln.startswith('{"ahead"')]
             self.last_at = at
             self.marks = [("start", at)]
 
@@ -194,6 +198,16 @@ class _Progress:
         for (name, began), ended in zip(self.marks, ends):
             spent[name] = round(spent.get(name, 0.0) + ended - began, 3)
         return spent
+
+
+def _ahead(line: str) -> dict[str, Any] | None:
+    """The worker's `ahead` line: the task it made a problem for, the seconds, the error if any."""
+    try:
+        done = json.loads(line)["ahead"]
+        return {"task": str(done["task"]), "seconds": float(done["seconds"]),
+                "error": None if done["error"] is None else str(done["error"])[-500:]}
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _wait(proc: subprocess.Popen, progress: _Progress, timeout_s: float, watchdog_s: float | None) -> str | None:
@@ -222,11 +236,15 @@ def confinement(scratch: Path, readable: Sequence[str], hidden: Sequence[str] = 
 
 
 def worker_command(cmd: list[str], scratch: Path, readable: list[str], cfg: SandboxConfig,
-                   hidden: list[str] = (), writable: list[str] = ()) -> list[str]:
-    """`cmd` as it runs under the configured isolation (see `confinement`)."""
+                   hidden: list[str] = (), writable: list[str] = (),
+                   aliases: Sequence[Sequence[str]] = ()) -> list[str]:
+    """`cmd` as it runs under the configured isolation (see `confinement`; `aliases` as in
+    `confine.Confinement`)."""
     if cfg.isolation == "process":
         return cmd
-    return confine.confined_argv(cmd, confinement(scratch, readable, hidden, writable))
+    conf = confinement(scratch, readable, hidden, writable)
+    conf.aliases = [list(pair) for pair in aliases]
+    return confine.confined_argv(cmd, conf)
 
 
 # How a worker starts: its working directory is its scratch dir, which the candidate can write, and
@@ -270,6 +288,21 @@ class WorkerSpec:
         return environment(scratch, self.threads, self.compile_dir, keep_freed_memory=self.cfg.keep_freed_memory)
 
 
+@dataclass(frozen=True)
+class Prime:
+    """The task a started worker makes its problem for before its job (`eval.sandbox.prestart_problem`):
+    the task of the job that was running when it started, the likeliest next one.  Only the
+    evaluator's own data: the task, its config, backend and baselines (`job`: the fields of a job
+    that `worker.problem_ahead` reads), and the task's kept compile caches (`store`, copied into
+    the worker's own compile dir); no candidate, no seed, no job file."""
+
+    job: dict[str, Any]
+    store: Path | None = None
+
+
+PRIME_FILE = "prime.json"   # in a started worker's scratch dir: the `Prime.job` it makes its problem for
+
+
 class StartedWorker:
     """A worker process in its own scratch dir, started and importing (then waiting) before its job.
 
@@ -277,16 +310,41 @@ class StartedWorker:
     from `server` (`forkserver.ForkServer`, same isolation, set up after the fork).
     It holds nothing of any job until `run_job` writes the job's files and sends `go`; `discard`
     ends it unused.  Closing the go pipe (also by this process dying) makes it exit by itself.
+    With a `prime` it makes that task's problem and calls its baselines once before it says ready
+    (`worker.problem_ahead`): trusted code only, on a seed of its own.
     Started beside a running job, it is stopped (SIGSTOP) while that job times calls, if it is
-    still importing (or creating its CUDA contexts, `WorkerSpec.device_ahead`) then, and continued
-    when that job ends (`pause`, `resume`).
+    still importing (or creating its CUDA contexts, `WorkerSpec.device_ahead`, or making its
+    problem) then, and continued when that job ends (`pause`, `resume`).
+
+    Under namespaces the worker compiles in a directory of its own (`compile_dir`, in its scratch
+    dir) bound where the kept caches' fixed work dir is (`WorkerSpec.compile_dir`, the path inductor
+    remembers): what one candidate writes there is never read by another worker, and a worker
+    making its problem ahead reads caches that only the evaluator wrote.  Under `process` isolation
+    every worker compiles in the fixed work dir itself, and no worker makes a problem that compiles
+    there ahead (`prime` is then refused).
     """
 
-    def __init__(self, spec: WorkerSpec, server: ForkServer | None = None) -> None:
+    def __init__(self, spec: WorkerSpec, server: ForkServer | None = None, prime: Prime | None = None) -> None:
         self.spec = spec
+        own_dir = spec.compile_dir is not None and spec.cfg.isolation == "namespaces"
+        if prime is not None and spec.compile_dir is not None and not own_dir:
+            raise ValueError("a worker without a compile dir of its own (isolation process) cannot make a "
+                             "problem that compiles ahead: it would read the running job's compile dir")
         self.scratch = Path(tempfile.mkdtemp(prefix="rlk-eval-", dir=spec.cfg.scratch_root)).resolve()
+        self.compile_dir = self.scratch / "compile" if own_dir else spec.compile_dir
+        self.primed_store = prime.store if prime is not None else None
+        self.primed_task: str | None = str(prime.job["task"]["id"]) if prime is not None else None
+        aliases: list[list[str]] = []
         if spec.compile_dir is not None:
             spec.compile_dir.mkdir(parents=True, exist_ok=True)   # bound into the namespace now
+        if own_dir:
+            assert self.compile_dir is not None and spec.compile_dir is not None
+            self.compile_dir.mkdir()
+            aliases.append([str(self.compile_dir), str(spec.compile_dir)])
+        if prime is not None:
+            if prime.store is not None and self.compile_dir is not None:
+                compile_cache.seed(prime.store, self.compile_dir)
+            (self.scratch / PRIME_FILE).write_text(json.dumps(prime.job))
         read_fd, write_fd = os.pipe()
         go_read, self._go = os.pipe()
         self.progress = _Progress()
@@ -296,14 +354,14 @@ class StartedWorker:
         self._pause_lock = threading.Lock()
         self.reader = threading.Thread(target=self.progress.read, args=(read_fd,), daemon=True)
         self.forked = server is not None
-        writable = [str(spec.compile_dir)] if spec.compile_dir else []
+        writable = [str(spec.compile_dir)] if spec.compile_dir and not own_dir else []
         try:
             with open(self.scratch / "stderr.txt", "wb") as err:
                 if server is not None:
                     # In its namespace the worker's scratch dir is also where the server imported:
                     # every path an import remembered (working dir, $HOME, $TMPDIR) is the worker's own.
                     conf = confinement(self.scratch, spec.readable, spec.hidden, writable)
-                    conf.aliases = [[str(self.scratch), str(server.home)]]
+                    conf.aliases = [[str(self.scratch), str(server.home)], *aliases]
                     self.proc: subprocess.Popen | ForkedProcess = server.fork(
                         {"scratch": str(self.scratch), "home": str(server.home), "env": spec.environment(server.home),
                          "job_path": str(server.home / "job.json"), "flags": spec.flags, "backend": spec.backend,
@@ -311,7 +369,8 @@ class StartedWorker:
                 else:
                     cmd = [sys.executable, "-c", WORKER_BOOT, str(self.job_path), str(write_fd), str(go_read), *spec.flags]
                     self.proc = subprocess.Popen(
-                        worker_command(cmd, self.scratch, list(spec.readable), spec.cfg, list(spec.hidden), writable),
+                        worker_command(cmd, self.scratch, list(spec.readable), spec.cfg, list(spec.hidden), writable,
+                                       aliases),
                         cwd=self.scratch, env=spec.environment(self.scratch),
                         stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=(write_fd, go_read),
                         start_new_session=True, preexec_fn=limits(spec.cfg.memory_limit_mb, spec.backend),
@@ -340,7 +399,7 @@ class StartedWorker:
         return self.proc.poll() is None
 
     def pause(self) -> None:
-        """Stops the worker if it is still importing (a ready one only waits on a pipe)."""
+        """Stops the worker if it is still getting ready (a ready one only waits on a pipe)."""
         with self._pause_lock:
             if self._paused_at is None and not self.progress.ready.is_set() and self.proc.poll() is None:
                 signal_group(self.proc.pid, signal.SIGSTOP)
@@ -389,20 +448,23 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
             start: Callable[[WorkerSpec], StartedWorker] | None = None) -> SandboxResult:
     """Runs `job` in `worker` (started for `spec` before the job) or in one `start` gives now
     (`Standby.start`: forked from the fork server when there is one; by default a new process);
-    `kept` are the task's kept compile caches (seeded into `spec.compile_dir`, and given what the
-    worker listed there before candidate code ran); `beside` are the next jobs' workers, starting
-    while this job runs: each is stopped from this job's first timed phase until this job ends, if
-    still importing."""
+    `kept` are the task's kept compile caches (seeded into the worker's compile dir unless it made
+    its problem ahead from the same ones, and given what the worker listed there before candidate
+    code ran); `beside` are the next jobs' workers, starting while this job runs: each is stopped
+    from this job's first timed phase until this job ends, if still getting ready."""
     assert kept is None or kept.workdir == spec.compile_dir, "the kept caches' work dir is the spec's"
     standby = worker is not None
     worker = worker or (start or StartedWorker)(spec)
     cfg = spec.cfg
     scratch = worker.scratch
+    workdir = worker.compile_dir
     try:
         extra: dict[str, Any] = {}
         if kept is not None:
-            compile_cache.seed(kept.store, kept.workdir)
-            extra["compiled_dir"] = str(kept.workdir)
+            assert workdir is not None
+            if worker.primed_store != kept.store:
+                compile_cache.seed(kept.store, workdir)   # else: what the worker's own problem left there
+            extra["compiled_dir"] = str(kept.workdir)     # the path the worker sees it at
         (scratch / "in").mkdir()
         if artifact is not None:
             (scratch / "in" / artifact_name).write_bytes(artifact)
@@ -420,7 +482,8 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
         seconds = time.monotonic() - t0
         payload, phase, listing = _parse(progress.lines)
         if kept is not None:
-            compile_cache.harvest(kept.store, kept.workdir, listing)
+            assert workdir is not None
+            compile_cache.harvest(kept.store, workdir, listing)
         tail = (scratch / "stderr.txt").read_text(errors="replace")[-4000:]
         if proc.returncode == confine.STAGE_FAILED and phase == "start" and payload is None:
             raise confine.ConfinementError(f"the sandbox could not be set up: {tail.strip()[-600:]}")
@@ -428,7 +491,7 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
         return SandboxResult(payload, proc.returncode, timed_out, phase, seconds, tail,
                              leftover and not timed_out, job.get("watchdog_s") if stopped == "hung" else None,
                              progress.phase_seconds(t0 + seconds), "standby" if standby else "fresh", prestart,
-                             worker.forked)
+                             worker.forked, progress.ahead)
     finally:
         if beside:
             worker.progress.on_phase = None
@@ -436,7 +499,7 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
                 other.resume()
         if not cfg.keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-        if kept is not None:
+        if kept is not None and workdir == kept.workdir:
             compile_cache.empty(kept.workdir)
 
 

@@ -14,12 +14,16 @@ waits for its next candidate still finds the worker ready).
 
 What does not change: one process serves one job and is then discarded (a crash, hang or corrupted
 context of one candidate never reaches the next); the started worker reads no job file and runs
-nothing of any job until its job arrives, and the evaluator holds the device lock from `go` to the
-verdict as before.  With `eval.sandbox.prestart_device` (cuda) the started worker and its runner
+nothing of any candidate until its job arrives, and the evaluator holds the device lock from `go`
+to the verdict as before.  With `eval.sandbox.prestart_device` (cuda) the started worker and its runner
 create their own CUDA contexts ahead (the evaluation's setup then finds the device up); without it
-they create none.  A worker still importing or creating its contexts when the current job reaches
-a timed phase is stopped (SIGSTOP) until that job ends, so none of its start-up runs beside a
-timed call; a ready one only waits on a pipe.  A started worker that died, hangs in its imports or was started for other settings is
+they create none.  With `eval.sandbox.prestart_problem` the started worker also makes the problem of
+the task the running job has (`sandbox.Prime`: reference model, inputs on a seed of its own, the
+baselines called once, a compiled one loaded from the kept caches copied into its own compile dir):
+the job's own problem of the same task then finds torch.compile's and cuBLAS's code loaded in the
+process.  A worker still importing, creating its contexts or making its problem when the current
+job reaches a timed phase is stopped (SIGSTOP) until that job ends, so none of its start-up runs
+beside a timed call; a ready one only waits on a pipe.  A started worker that died, hangs in its imports or was started for other settings is
 discarded, and the job starts a fresh one.
 """
 
@@ -31,21 +35,22 @@ import weakref
 from typing import Any
 
 from rl_kernels.evaluation.forkserver import ForkServer, ForkServerError
-from rl_kernels.evaluation.sandbox import StartedWorker, WorkerSpec
+from rl_kernels.evaluation.sandbox import Prime, StartedWorker, WorkerSpec
 
 
 class Standby:
-    """Up to `size` started workers for the next jobs of one evaluator, served oldest first.
+    """Up to `size` started workers for the next jobs of one evaluator, served oldest first (a ready
+    one before one still getting ready, one that made the job's task's problem ahead before any other).
 
-        worker, why = standby.take(spec)     # None when there is no usable one (why says so)
-        standby.refill(spec)                 # beside_job: the next jobs' workers start now ...
+        worker, why = standby.take(spec, task)   # None when there is no usable one (why says so)
+        standby.refill(spec, prime)              # beside_job: the next jobs' workers start now ...
         result = sandbox.run_job(job, ..., spec, kept, worker, beside=standby.workers)   # ... stopped while this one times
         # (after_job: run_job without `beside`, then refill)
 
     `enabled` False makes `take` and `refill` no-ops (each job starts its own worker); `ready_s` is
     how long `take` waits for a started worker that is still importing before it starts a fresh one
-    instead.  More than one (`size`) hides a start-up longer than a job: each job takes the oldest,
-    which has had the most time, and one more starts.  With `fork_server` every worker, started
+    instead.  More than one (`size`) hides a start-up longer than a job: each job takes a ready one
+    (the oldest has had the most time), and one more starts.  With `fork_server` every worker, started
     ahead or not, is forked from the fork server for its settings (`server`, `start`), which
     imported once: a start takes milliseconds instead of the imports' seconds.
     """
@@ -76,12 +81,17 @@ class Standby:
         with self._lock:
             return tuple(self._held)
 
-    def take(self, spec: WorkerSpec) -> tuple[StartedWorker | None, str]:
-        """The oldest started worker if it suits `spec` and is ready, else None; and what happened:
-        "standby", "none", "other_settings" (the others started with it are ended too), "died" or
-        "not_ready"."""
+    def take(self, spec: WorkerSpec, task: str | None = None) -> tuple[StartedWorker | None, str]:
+        """The started worker for a job of `task`: the oldest ready one that made that task's problem
+        ahead, else the oldest ready one, else the oldest once it is ready (waiting up to `ready_s`),
+        if it suits `spec`; else None; and what happened: "standby", "none", "other_settings" (the
+        others started with it are ended too), "died" or "not_ready"."""
         with self._lock:
-            worker = self._held.pop(0) if self._held else None
+            ready = [w for w in self._held if w.spec == spec and w.progress.ready.is_set() and w.proc.poll() is None]
+            made = [w for w in ready if task is not None and w.primed_task == task]
+            worker = (made or ready or self._held or [None])[0]
+            if worker is not None:
+                self._held.remove(worker)
         if worker is None:
             return None, "none"
         if worker.spec != spec:
@@ -94,8 +104,10 @@ class Standby:
             return None, why
         return worker, "standby"
 
-    def refill(self, spec: WorkerSpec) -> None:
-        """Starts workers for the next jobs until `size` are held (ending any started for other settings)."""
+    def refill(self, spec: WorkerSpec, prime: Prime | None = None) -> None:
+        """Starts workers for the next jobs until `size` are held (ending any started for other
+        settings), each making `prime`'s problem before it says ready.  A worker made for another
+        task than its job's is still taken: its job makes its own problem, as without a prime."""
         if not self.enabled:
             return
         self._discard_unlike(spec)
@@ -103,25 +115,25 @@ class Standby:
             with self._lock:
                 if len(self._held) >= self.size:
                     return
-            worker = self.start(spec)
+            worker = self.start(spec, prime)
             with self._lock:
                 self._held.append(worker)
 
-    def start(self, spec: WorkerSpec) -> StartedWorker:
-        """A worker for `spec`, forked from the fork server when there is one.  A server that
-        cannot fork one (it could not import, or its imports initialised CUDA) is given up for
-        these settings with a warning saying why, and this and every later worker for them is
-        a new process: slower, never wrong."""
+    def start(self, spec: WorkerSpec, prime: Prime | None = None) -> StartedWorker:
+        """A worker for `spec` (making `prime`'s problem ahead), forked from the fork server when
+        there is one.  A server that cannot fork one (it could not import, or its imports
+        initialised CUDA) is given up for these settings with a warning saying why, and this and
+        every later worker for them is a new process: slower, never wrong."""
         server = self.server(spec)
         if server is not None:
             try:
-                return StartedWorker(spec, server)
+                return StartedWorker(spec, server, prime)
             except ForkServerError as exc:
                 with self._lock:
                     self._given_up[spec.server_key] = str(exc)
                 warnings.warn(f"rl_kernels: workers start as new processes from now on: {exc}", RuntimeWarning,
                               stacklevel=2)
-        return StartedWorker(spec)
+        return StartedWorker(spec, prime=prime)
 
     def server(self, spec: WorkerSpec) -> ForkServer | None:
         """The fork server for `spec`'s settings (`WorkerSpec.server_key`), started now if there is

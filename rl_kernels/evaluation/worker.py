@@ -4,11 +4,12 @@
 
 One fresh process per evaluation (DESIGN.md protocol step 1).  It may be started before its job
 exists (`sandbox.StartedWorker`): it imports what every job needs, forks the runner (`--split`),
-with `--device-ahead` creates its and the runner's CUDA contexts, says `ready`, and waits for `go`
-on GO_FD before it reads JOB.json; it reads no job file and runs nothing of any job before that
-(without `--device-ahead` it creates no CUDA context either: an import may initialise the driver,
-nothing is allocated or run), so a process started ahead is the same as one started on demand,
-only sooner.
+with `--device-ahead` creates its and the runner's CUDA contexts, with a `prime.json` in its scratch
+dir makes that task's problem and calls its baselines once (`problem_ahead`), says `ready`, and
+waits for `go` on GO_FD before it reads JOB.json; it reads no job file and runs no candidate code
+before that (without `--device-ahead` and a prime it creates no CUDA context either: an import may
+initialise the driver, nothing is allocated or run), so a process started ahead judges as one
+started on demand does, only sooner.
 Under `sandbox.boundary: split` (the default) this process is the judge and never loads the
 candidate: the runner it forked (`judge.RunnerProcess`) does.
 Under `shared` the candidate runs here, next to the timer and the checker: everything it could
@@ -41,7 +42,7 @@ from rl_kernels.evaluation.launches import (dispatch_audit_wanted, judge_launche
                                             own_kernel_keys, record_launches)
 from rl_kernels.evaluation.problems import HgemmProblem, InputSet, ModuleProblem
 from rl_kernels.evaluation.reasons import Reason, Rejected
-from rl_kernels.evaluation.sandbox import READY_LINE
+from rl_kernels.evaluation.sandbox import PRIME_FILE, READY_LINE
 from rl_kernels.evaluation.timing import Flusher, Side, interleaved
 from rl_kernels.types import HgemmSpec, Task
 
@@ -100,6 +101,10 @@ class Reporter:
 
     def phase(self, name: str) -> None:
         self.out.write(json.dumps({"phase": name}) + "\n")
+
+    def ahead(self, done: dict[str, Any]) -> None:
+        """What the worker did before its job (`problem_ahead`), said before it is ready."""
+        self.out.write(json.dumps({"ahead": done}) + "\n")
 
     def ready(self) -> None:
         """Imports done: the process can take its job."""
@@ -399,8 +404,8 @@ def lock_down(scratch: Path, target: Path) -> sandbox_policy.Violations:
 
 
 def compile_cache_counters() -> dict[str, int]:
-    """Inductor's FX-graph cache hits and misses in this process: whether the baseline was loaded
-    from the kept compile caches or compiled afresh."""
+    """Inductor's FX-graph cache hits and misses in this process, its problem made ahead included:
+    whether the baseline was loaded from the kept compile caches or compiled afresh."""
     from torch._dynamo.utils import counters
 
     return {k: int(v) for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
@@ -584,6 +589,42 @@ def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile:
     return runner
 
 
+def problem_ahead(prime_path: Path) -> dict[str, Any]:
+    """Makes the problem that `prime_path` (`sandbox.Prime.job`) names, on a seed of its own, and
+    calls each of its baselines once, before the job arrives; then drops it.  What stays is what
+    the process loaded for it: torch.compile's code for the task's model (from the kept caches in
+    this worker's own compile dir), the cuBLAS baselines' library and kernels, the task's program.
+    A job of the same task then makes its own problem on its own seed in a fraction of the time
+    (a module task's compiled baseline: ~1 s to ~0.1 s on an H100); a job of another task pays
+    what it would have.  Only the evaluator's task, config and baselines are read (no candidate,
+    no job file), and a failure here is left to the job, which makes its problem again and
+    reports what goes wrong in its own words.  Returns what it did: the task, its seconds, and the
+    error that stopped it (None when it made the problem and ran every baseline)."""
+    import secrets
+
+    t0 = time.monotonic()
+    done: dict[str, Any] = {"task": None, "error": None}
+    try:
+        prime = json.loads(prime_path.read_text())
+        done["task"] = str(prime["task"]["id"])
+        cfg = EvalConfig.model_validate(prime["config"])
+        device = setup_device(prime["backend"], cfg)
+        seed = secrets.randbits(62)
+        baselines = list(prime["baselines"])
+        problem = make_problem(task_from_json(prime["task"]), device, cfg, seed, baselines,
+                               prime.get("cublas_library"))
+        s = problem.make_set("normal", seed)
+        for name in baselines:
+            if name in problem.baselines:
+                problem.call_baseline(name, s)
+        sync(device)
+    except Exception as exc:  # noqa: BLE001 - the job makes its problem again and reports the failure itself
+        traceback.print_exc()
+        done["error"] = error_detail(exc)[-500:]
+    done["seconds"] = round(time.monotonic() - t0, 3)
+    return done
+
+
 def wait_for_go(go_fd: int) -> bool:
     """Blocks until the parent sends `go` (True) or closes the pipe without it (False: the process
     was started ahead and is no longer wanted)."""
@@ -600,6 +641,9 @@ def serve(job_path: Path, fd: int, go_fd: int, flags: list[str]) -> None:
     scratch = job_path.parent.resolve()
     runner = prepare(scratch, [report.out.fileno(), go_fd], "--split" in flags, "--warm-compile" in flags,
                      "--dispatch-tools" in flags, "--device-ahead" in flags)
+    prime = scratch / PRIME_FILE
+    if prime.is_file():
+        report.ahead(problem_ahead(prime))
     report.ready()
     if not wait_for_go(go_fd):
         os._exit(0)

@@ -145,13 +145,15 @@ def test_a_compiled_baseline_is_kept_between_evaluations(tmp_path: Path, cuda_co
     after it loads it (inductor's FX-graph cache hits, no miss), and its warm phase (the baseline's
     first call, where the compile happens) is shorter than one that compiles afresh.  The whole
     evaluation's seconds are not compared: adaptive timing rounds vary them by more than the compile
-    saves now that a forked worker has torch.compile's modules imported and warmed."""
+    saves now that a forked worker has torch.compile's modules imported and warmed.  No worker makes
+    its problem ahead here: one that did would have compiled (or loaded) the baseline before its job."""
     task = get_task("builtin/softmax")
     got = {}
     for keep in (True, False):
         cfg = cuda_config.model_copy(update={
             "build": cuda_config.build.model_copy(update={"cache_dir": tmp_path / str(keep)}),
-            "baselines": cuda_config.baselines.model_copy(update={"module": ["compile"], "keep_compiled": keep})})
+            "baselines": cuda_config.baselines.model_copy(update={"module": ["compile"], "keep_compiled": keep}),
+            "sandbox": cuda_config.sandbox.model_copy(update={"prestart_problem": False})})
         ev = Evaluator(cfg)
         build = ev.build(task, task.seeds["cuda"])      # built and measured first: only the evaluation is timed
         ev.best_baseline(task)
@@ -166,6 +168,33 @@ def test_a_compiled_baseline_is_kept_between_evaluations(tmp_path: Path, cuda_co
     warm = {keep: got[keep].extra["phase_s"]["warm"] for keep in got}
     print(f"warm phase: kept {warm[True]:.2f} s, fresh {warm[False]:.2f} s")   # shown with -rA
     assert warm[True] < warm[False], warm
+
+
+def test_a_worker_that_made_the_problem_ahead_judges_as_one_that_did_not(cuda_config: EvalConfig) -> None:
+    """softmax against its compiled baseline, the second evaluation in a worker started beside the
+    first: with `prestart_problem` that worker made softmax's problem (the compiled baseline loaded
+    from the kept caches in its own compile dir) before its job, and its job's warm phase is the
+    shorter; the verdicts agree, and so do the speedups within the evaluations' own noise."""
+    cfg = cuda_config.model_copy(update={"baselines": cuda_config.baselines.model_copy(update={"module": ["compile"]})})
+    task = get_task("builtin/softmax")
+    got = {}
+    for ahead in (False, True):
+        ev = Evaluator(cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(update={"prestart_problem": ahead})}))
+        build = ev.build(task, task.seeds["cuda"])
+        ev.best_baseline(task)
+        ev.evaluate(task, task.seeds["cuda"], build)           # leaves workers started beside it
+        got[ahead] = ev.evaluate(task, task.seeds["cuda"], build)
+        ev.close()
+        assert got[ahead].correct and got[ahead].extra["workers"] == ["standby"], (got[ahead].extra, got[ahead].detail)
+    assert "problem_ahead" not in got[False].extra
+    made = got[True].extra["problem_ahead"]
+    assert made["task"] == task.id and made["error"] is None, made
+    warm = {ahead: got[ahead].extra["phase_s"]["warm"] for ahead in got}
+    speed = {ahead: got[ahead].speedup for ahead in got}
+    print(f"warm phase: made ahead {warm[True]:.2f} s, not {warm[False]:.2f} s; speedups {speed}")   # shown with -rA
+    assert warm[True] < warm[False], warm
+    noise = max(got[True].noise, got[False].noise, 0.05)
+    assert abs(speed[True] / speed[False] - 1) < 3 * noise, (speed, noise)
 
 
 def test_a_kernel_with_a_cuda_guard_builds_against_torch(cuda_config: EvalConfig) -> None:

@@ -80,7 +80,7 @@ def test_cuda_l2_modes_on_cpu(mode: str, cpu_config: EvalConfig) -> None:
     assert m.correct and m.mode == mode and m.samples >= 30
     assert m.candidate_ms > 0 and m.baseline_ms > 0
     # where the worker's time went, phase by phase, in the order the worker went through them
-    assert list(m.extra["phase_s"]) == ["start", "setup", "warm", "load", "correctness", "timing", "teardown"]
+    assert list(m.extra["phase_s"]) == ["start", "setup", "warm", "share", "load", "correctness", "timing", "teardown"]
     assert all(v >= 0 for v in m.extra["phase_s"].values())
     assert sum(m.extra["phase_s"].values()) <= m.eval_seconds
 
