@@ -14,6 +14,7 @@ import pytest
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.build import build_candidate
 from rl_kernels.evaluation.evaluator import Evaluator
+from rl_kernels.evaluation.reward import correct_reward
 from rl_kernels.tasks import get_task
 from rl_kernels.tasks.module import load_module_task
 
@@ -126,6 +127,20 @@ def test_a_flagged_speedup_earns_nothing(cpu_config: EvalConfig) -> None:
     # or pushed a window over the clock check), each on new inputs
     seeds = m.extra["seeds"]
     assert len(seeds) >= 1 + cfg.reward.remeasure_attempts and len(set(seeds)) == len(seeds)
+
+
+def test_a_slow_kernel_that_jitters_its_own_timing_earns_less_than_a_1x_kernel(cpu_config: EvalConfig) -> None:
+    """The candidate repeats its slow product 1, 3 or 9 times by its input's bits, so its timing does
+    not settle (re-measured, then `unstable`, in nearly every run; a re-measurement that settles
+    reports the slow median itself).  Either way it earns what its measured speed earns, below a 1x
+    kernel's reward: an unstable measurement once paid exactly the 1x reward."""
+    source = (CANDIDATES / "hacks" / "hgemm" / "jitter_slow_cpu.cpp").read_text()
+    m = Evaluator(cpu_config).evaluate(get_task(HGEMM), source)
+    assert m.correct and m.rejected is None, m.detail[-800:]
+    assert m.speedup < 0.5, f"precondition: the repeated naive product ran at {m.speedup:.3f}x"
+    assert m.reward < correct_reward(1.0, cpu_config.reward), (m.reward, m.extra.get("unstable_measurement"))
+    assert m.reward == correct_reward(m.speedup, cpu_config.reward, m.extra.get("noise_floor"))
+    print(f"unstable: {m.extra.get('unstable_measurement')}, re-measured {m.extra.get('remeasured', 0)}")
 
 
 def test_namespaces_can_be_turned_off_for_hosts_without_them(cpu_config: EvalConfig) -> None:
