@@ -626,9 +626,8 @@ def problem_ahead(prime_path: Path) -> dict[str, Any]:
         sync(device)
         del problem, s
         if device == "cuda":
-            # The job's tensors then come from new allocations, as in a worker that made nothing ahead:
-            # in the blocks this problem leaves cached, the input sets the judge maps into the runner
-            # (CUDA IPC, whole allocations) took 0.2 s longer to share (hgemm 2048^3, H100).
+            # A waiting worker holds its contexts, not the problem's blocks too (up to
+            # `prestart_workers` wait), and its job allocates afresh, as one that made nothing ahead.
             torch.cuda.empty_cache()
     except Exception as exc:  # noqa: BLE001 - the job makes its problem again and reports the failure itself
         traceback.print_exc()

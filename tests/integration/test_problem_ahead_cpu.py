@@ -20,18 +20,14 @@ from processes import gone
 
 CANDIDATES = Path(__file__).resolve().parents[1] / "candidates"
 TASK = "hgemm/fp32/128_128_128"
-
-
-def _honest() -> str:
-    return (CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp").read_text()
+HONEST = CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp"
 
 
 @pytest.fixture
 def cpu_config(cpu_config: EvalConfig) -> EvalConfig:
-    cfg = cpu_config.model_copy(deep=True)
-    cfg.sandbox.prestart = "after_job"
-    cfg.sandbox.prestart_problem = True
-    return cfg
+    """The shared cpu config with a worker started after each job, making that job's problem."""
+    sandbox = cpu_config.sandbox.model_copy(update={"prestart": "after_job", "prestart_problem": True})
+    return cpu_config.model_copy(update={"sandbox": sandbox})
 
 
 @pytest.mark.parametrize("when", ["after_job", "beside_job"])
@@ -39,7 +35,7 @@ def test_the_next_worker_makes_the_running_jobs_problem_before_it_is_ready(when:
     cfg = cpu_config.model_copy(deep=True)
     cfg.sandbox.prestart = when
     evaluator = Evaluator(cfg)
-    first = evaluator.evaluate(get_task(TASK), _honest())
+    first = evaluator.evaluate(get_task(TASK), HONEST.read_text())
     assert first.correct, first.detail[-1500:]
     worker = evaluator.standby.held
     assert worker is not None and worker.wait_ready(60)
@@ -47,7 +43,7 @@ def test_the_next_worker_makes_the_running_jobs_problem_before_it_is_ready(when:
     # The evaluator's data only: no candidate, no seed, nothing of the job the worker will run.
     assert set(prime) == {"task", "backend", "config", "baselines"}, sorted(prime)
     assert prime["task"]["id"] == TASK and prime["baselines"] == ["torch_matmul"]
-    m = evaluator.evaluate(get_task(TASK), _honest())
+    m = evaluator.evaluate(get_task(TASK), HONEST.read_text())
     assert m.correct, m.detail[-1500:]
     assert m.extra["workers"] == ["standby"]
     ahead = m.extra["problem_ahead"]
@@ -62,14 +58,14 @@ def test_a_problem_that_fails_ahead_is_left_to_the_job(cpu_config: EvalConfig) -
     """A worker primed with a task whose program raises still says ready; its job (another task)
     makes its own problem and is judged as in a fresh worker, and the failure is reported."""
     evaluator = Evaluator(cpu_config)
-    assert evaluator.evaluate(get_task(TASK), _honest()).correct
+    assert evaluator.evaluate(get_task(TASK), HONEST.read_text()).correct
     spec = evaluator.standby.held.spec
     evaluator.standby.close()
     broken = {"task": {"id": "broken/task", "kind": "module", "source": "raise RuntimeError('no such model')"},
               "backend": "cpu", "config": cpu_config.model_dump(mode="json"), "baselines": ["eager"]}
     primed = StartedWorker(spec, prime=Prime(broken))
     evaluator.standby._held.append(primed)
-    m = evaluator.evaluate(get_task(TASK), _honest())
+    m = evaluator.evaluate(get_task(TASK), HONEST.read_text())
     assert m.correct, m.detail[-1500:]
     assert m.extra["workers"] == ["standby"]
     ahead = m.extra["problem_ahead"]
