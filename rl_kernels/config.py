@@ -169,7 +169,8 @@ class SandboxConfig(_Strict):
         "isolation process only for tasks whose baselines do not compile (their compile dir is shared), on "
         "cuda only with prestart_device"))
     prestart_workers: int = Field(1, ge=1, le=16, description=(
-        "How many workers are kept started ahead (with prestart on); each job takes the oldest. More "
+        "How many workers are kept started ahead (with prestart on); each job takes a ready one (the oldest "
+        "made for its task, else the oldest). More "
         "than one hides a start-up longer than a job (H200 host: ~12 s with torch.compile's imports "
         "against ~6 s jobs) at the cost of a process (~1 GB of host memory) each and CPU beside the job"))
     fork_server: bool = Field(True, description=(

@@ -186,9 +186,9 @@ def group_metrics(groups: Sequence[Group]) -> dict[str, float]:
     apart from the evaluator's `malformed`, because it says whether the model learned the answer
     format, not whether its code is valid. Speedup quantiles (linear interpolation) are over
     correct kernels and absent when there is none. `zero_variance_groups` is over groups: those
-    give GRPO nothing to learn from. `speed_unpaid_rate` counts correct kernels whose speed earned
-    nothing because the timing could not be trusted (it never settled, or the baseline measured far
-    off its record: a disturbed timer host shows here first).
+    give GRPO nothing to learn from. `speed_unpaid_rate` counts correct kernels whose speed could
+    earn no more than a 1x kernel because the timing could not be trusted (it never settled, or the
+    baseline measured far off its record: a disturbed timer host shows here first).
     """
     trajs = [t for g in groups for t in g.trajectories]
     n = len(trajs)

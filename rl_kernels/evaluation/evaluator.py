@@ -453,8 +453,9 @@ class Evaluator:
         return (record.drift(m.baseline, m.baseline_ms) or 1.0) > limit
 
     def _mark_drifted(self, m: Measurement, record: BaselineRecord) -> None:
-        """Reported with both medians; paid at most as a 1x kernel (`measurement_reward`)."""
-        reference = record.reference(m.baseline)
+        """Reported with both medians (the reference as `_drifted` last found it); paid at most as a
+        1x kernel (`measurement_reward`)."""
+        reference = m.extra["baseline_reference_ms"]
         limit = self.cfg.reward.baseline_drift[self.cfg.backend]
         m.extra["baseline_drift"] = {"baseline_ms": m.baseline_ms, "reference_ms": reference, "limit": limit,
                                      "record": len(record.ms[m.baseline])}

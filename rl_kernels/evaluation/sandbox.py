@@ -299,6 +299,11 @@ class Prime:
     job: dict[str, Any]
     store: Path | None = None
 
+    @property
+    def task(self) -> str:
+        """The id of the task the worker makes its problem for."""
+        return str(self.job["task"]["id"])
+
 
 PRIME_FILE = "prime.json"   # in a started worker's scratch dir: the `Prime.job` it makes its problem for
 
@@ -332,8 +337,7 @@ class StartedWorker:
                              "problem that compiles ahead: it would read the running job's compile dir")
         self.scratch = Path(tempfile.mkdtemp(prefix="rlk-eval-", dir=spec.cfg.scratch_root)).resolve()
         self.compile_dir = self.scratch / "compile" if own_dir else spec.compile_dir
-        self.primed_store = prime.store if prime is not None else None
-        self.primed_task: str | None = str(prime.job["task"]["id"]) if prime is not None else None
+        self.prime = prime
         aliases: list[list[str]] = []
         if spec.compile_dir is not None:
             spec.compile_dir.mkdir(parents=True, exist_ok=True)   # bound into the namespace now
@@ -462,7 +466,7 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
         extra: dict[str, Any] = {}
         if kept is not None:
             assert workdir is not None
-            if worker.primed_store != kept.store:
+            if worker.prime is None or worker.prime.store != kept.store:
                 compile_cache.seed(kept.store, workdir)   # else: what the worker's own problem left there
             extra["compiled_dir"] = str(kept.workdir)     # the path the worker sees it at
         (scratch / "in").mkdir()

@@ -88,7 +88,7 @@ class Standby:
         others started with it are ended too), "died" or "not_ready"."""
         with self._lock:
             ready = [w for w in self._held if w.spec == spec and w.progress.ready.is_set() and w.proc.poll() is None]
-            made = [w for w in ready if task is not None and w.primed_task == task]
+            made = [w for w in ready if w.prime is not None and w.prime.task == task]
             worker = (made or ready or self._held or [None])[0]
             if worker is not None:
                 self._held.remove(worker)
