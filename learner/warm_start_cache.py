@@ -23,7 +23,7 @@ from typing import Any, Callable
 from filelock import FileLock
 
 from rl_kernels.learner.warm_start import REPORT, SFT_DIR, output_name, run_warm_start
-from rl_kernels.config import Config
+from rl_kernels.config import Config, default_cache_dir as cache_home
 from rl_kernels.evaluation.sandbox import die_with_parent
 from rl_kernels.tasks.ladder import LADDER_DIR
 from rl_kernels.tasks.suites import BUILTIN_DIR
@@ -37,7 +37,8 @@ class WarmStart:
 
 
 def default_cache_dir() -> Path:
-    return Path.home() / ".cache" / "rl_kernels" / "warm-start"
+    """Beside the builds, under $RL_KERNELS_CACHE when it is set: one variable moves all of a user's caches."""
+    return cache_home() / "warm-start"
 
 
 def _hash_tree(h: Any, root: Path) -> None:

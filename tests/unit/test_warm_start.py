@@ -17,7 +17,7 @@ from processes import gone
 from tiny_model import save_tiny_llama
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rl_kernels.learner.warm_start_cache import cached_warm_start, start_from, warm_start_key
+from rl_kernels.learner.warm_start_cache import cached_warm_start, default_cache_dir, start_from, warm_start_key
 from rl_kernels.cli import main
 from rl_kernels.config import load_config
 from rl_kernels.tasks import get_task
@@ -61,6 +61,13 @@ def test_the_warm_start_job_verifies_trains_samples_and_reports(tmp_path: Path,
 def test_without_sources_the_job_says_what_to_configure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sft", f"run_dir={tmp_path}"]) == 2
     assert "sft.sources is empty" in capsys.readouterr().err
+
+
+def test_rl_kernels_cache_moves_the_warm_starts_with_the_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RL_KERNELS_CACHE", str(tmp_path / "caches"))
+    assert default_cache_dir() == tmp_path / "caches" / "warm-start"
+    monkeypatch.delenv("RL_KERNELS_CACHE")
+    assert default_cache_dir() == Path.home() / ".cache" / "rl_kernels" / "warm-start"
 
 
 def test_train_before_warm_start_trains_once_and_reuses_the_adapter_for_the_same_inputs(tmp_path: Path) -> None:
