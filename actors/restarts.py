@@ -11,6 +11,7 @@ never done twice.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -19,6 +20,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class WorkLost(RuntimeError):
@@ -44,7 +46,17 @@ async def call_surviving_restarts(actor: ray.actor.ActorHandle, attempt: Callabl
             return await attempt(), n, ""
         except (RayActorError, WorkLost) as exc:
             last = str(exc)
+            # Said now, not only when the work is given up: a retry that succeeds doubles the call's
+            # time, and the cause (Ray's memory monitor, a crash) is only in this exception.
+            log.warning("%s lost its call (attempt %d of %d): %s", _name(actor), n + 1, retries + 1,
+                        " ".join(last.split())[:400])
     return None, tried - 1, last
+
+
+def _name(actor: ray.actor.ActorHandle) -> str:
+    """The actor's class and id, as a user finds them in `ray list actors`."""
+    cls = getattr(getattr(actor, "_ray_actor_creation_function_descriptor", None), "class_name", "actor")
+    return f"{cls} {actor._actor_id.hex()[:12]}"
 
 
 async def wait_until_restarted(actor: ray.actor.ActorHandle, timeout_s: float, *,

@@ -130,7 +130,7 @@ def test_eviction_and_missing_versions(generator: Any, cfg: PolicyConfig, adapte
 
 
 def test_killed_mid_generation_retried_once_with_the_adapter_reloaded(
-        ray_cluster: Any, cfg: PolicyConfig, adapters: dict[int, str]) -> None:
+        ray_cluster: Any, cfg: PolicyConfig, adapters: dict[int, str], caplog: pytest.LogCaptureFixture) -> None:
     generator = _start(cfg, max_restarts=1)
     try:
         ray.get(generator.load_adapter.remote(1, adapters[1]))
@@ -150,6 +150,9 @@ def test_killed_mid_generation_retried_once_with_the_adapter_reloaded(
         t0 = time.monotonic()
         (groups, retries_used), first_pid = asyncio.run(kill_mid_generation())
         assert retries_used == 1 and groups is not None
+        # The death is said when it happens, although the retry then succeeds.
+        lost = [r.getMessage() for r in caplog.records if "lost its call" in r.getMessage()]
+        assert len(lost) == 1 and lost[0].startswith("GeneratorActor ") and "attempt 1 of 2" in lost[0]
         assert len(groups) == 16 and {c.adapter_version for c in _flat(groups)} == {1}
         stats = ray.get(generator.stats.remote())
         assert stats["restarted"] and stats["pid"] != first_pid
