@@ -197,6 +197,29 @@ def test_a_worker_that_made_the_problem_ahead_judges_as_one_that_did_not(cuda_co
     assert abs(speed[True] / speed[False] - 1) < 3 * noise, (speed, noise)
 
 
+@pytest.mark.parametrize("device_ahead", [False, True])
+def test_a_worker_started_as_a_new_process_judges_as_a_forked_one(cuda_config: EvalConfig, device_ahead: bool) -> None:
+    """`eval.sandbox.fork_server=false` is the fallback for hosts where forked workers' view of the
+    device is broken: each candidate then gets a new process, started when its job arrives
+    (`prestart` off) or ahead of it, with or without its CUDA contexts made before the job.  The
+    same honest kernel passes there as in a forked worker, with the same speedup within noise."""
+    task = get_task("hgemm/fp32/1024_1024_1024")
+    source = (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text()
+    forked = Evaluator(cuda_config).evaluate(task, source)
+    assert forked.correct, forked.detail[-1500:]
+    for prestart in ("off", "after_job"):
+        sb = cuda_config.sandbox.model_copy(update={"fork_server": False, "prestart": prestart,
+                                                    "prestart_device": device_ahead})
+        ev = Evaluator(cuda_config.model_copy(update={"sandbox": sb}))
+        got = [ev.evaluate(task, source) for _ in range(2)]      # the second in a worker started after the first
+        ev.close()
+        for m in got:
+            assert m.rejected is None and m.correct, (prestart, m.detail[-1500:])
+            assert m.extra["forked"] is False, m.extra
+            noise = max(m.noise, forked.noise, 0.05)
+            assert abs(m.speedup / forked.speedup - 1) < 3 * noise, (prestart, m.speedup, forked.speedup, noise)
+
+
 def test_a_kernel_with_a_cuda_guard_builds_against_torch(cuda_config: EvalConfig) -> None:
     """c10/cuda/CUDAGuard.h is not in the shim: the build falls back to torch's headers and the
     kernel is evaluated like any other."""
