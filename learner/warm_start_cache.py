@@ -37,7 +37,7 @@ class WarmStart:
 
 
 def default_cache_dir() -> Path:
-    """Beside the builds, under $RL_KERNELS_CACHE when it is set: one variable moves all of a user's caches."""
+    """Beside the builds, under $RL_KERNELS_CACHE when it is set: one variable moves both."""
     return cache_home() / "warm-start"
 
 

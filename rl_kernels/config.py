@@ -969,7 +969,8 @@ class SftConfig(_Strict):
         "`train` without policy.init_adapter first runs this warm start (or reuses the adapter an earlier run "
         "made from the same model, data and settings) and starts from it; costs one warm start the first time"))
     cache_dir: Path | None = Field(None, description=(
-        "where before_train keeps warm-start runs by content key; default $RL_KERNELS_CACHE/warm-start or ~/.cache/rl_kernels/warm-start"))
+        "where before_train keeps warm-start runs by content key; default $RL_KERNELS_CACHE/warm-start, "
+        "else ~/.cache/rl_kernels/warm-start"))
 
 
 class SelfTrainConfig(_Strict):

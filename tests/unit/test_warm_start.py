@@ -63,7 +63,8 @@ def test_without_sources_the_job_says_what_to_configure(tmp_path: Path, capsys: 
     assert "sft.sources is empty" in capsys.readouterr().err
 
 
-def test_rl_kernels_cache_moves_the_warm_starts_with_the_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rl_kernels_cache_moves_the_warm_starts_with_the_builds(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RL_KERNELS_CACHE", str(tmp_path / "caches"))
     assert default_cache_dir() == tmp_path / "caches" / "warm-start"
     monkeypatch.delenv("RL_KERNELS_CACHE")
