@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import ray
+from ray.exceptions import RayActorError
 
 from rl_kernels.archive import KernelArchive
 from rl_kernels.cluster.graph import ProducerGraph, build_graph, kill_graph, start_ray
@@ -191,6 +192,8 @@ class Driver:
         await producer.seed_archive(self.tasks)
         consumer = asyncio.create_task(stage.consume(stop))
         ticker = asyncio.create_task(self._tick(stop))
+        for side in (ticker, status):
+            side.add_done_callback(self._said_when_failed)
         in_flight: set[asyncio.Task[None]] = set()
         async for task in stage.tasks():
             gid = producer.next_id()
@@ -203,7 +206,11 @@ class Driver:
         if in_flight:
             await asyncio.gather(*in_flight)
         stop.set()
-        await asyncio.gather(consumer, ticker, status)
+        await consumer
+        for side in (ticker, status):    # said when they failed (`_said_when_failed`), raised after the summary
+            exc = await asyncio.gather(side, return_exceptions=True)
+            if isinstance(exc[0], BaseException):
+                producer.errors.append(exc[0])
         buf = await ctx.graph.buffer.stats.remote()
         summary = await stage.summary(await self._base_summary(buf))
         ctx.sink.log(producer.gauges(buf, time.monotonic() - ctx.t0) | group_metrics(producer.take_recent()),
@@ -223,6 +230,13 @@ class Driver:
             raise RuntimeError("the driver is not set up (setup() first)")
         return self.ctx, self.stage
 
+    def _said_when_failed(self, task: asyncio.Task[None]) -> None:
+        """A background loop (metrics records, status lines) that stopped on an error is a bug: said
+        at once, since the run goes on without it, and raised once the run's summary is written."""
+        if not task.cancelled() and task.exception() is not None:
+            self.console.say(f"{task.get_coro().__qualname__} stopped: {task.exception()!r}; "
+                             "the run goes on without it and raises the error at its end")
+
     async def _group(self, gid: str, version: int, task: Task) -> None:
         ctx, stage = self._wired()
         stage.on_group(await ctx.producer.group(gid, version, task))
@@ -239,9 +253,10 @@ class Driver:
             if stop.is_set():
                 return
             recent = ctx.producer.take_recent()
-            gens = await asyncio.gather(*(g.stats.remote() for g in ctx.graph.generators.actors))
+            gens = await answering_stats(ctx.graph.generators.actors)
             buf = await ctx.graph.buffer.stats.remote()
-            ctx.sink.log(ctx.producer.gauges(buf, time.monotonic() - ctx.t0) | delivery_gauges(gens)
+            restarting = {"pipeline/generators_unavailable": float(sum("unavailable" in g for g in gens))}
+            ctx.sink.log(ctx.producer.gauges(buf, time.monotonic() - ctx.t0) | delivery_gauges(gens) | restarting
                          | group_metrics(recent), step=stage.metrics_step())
 
     async def _status(self, stop: asyncio.Event) -> None:
@@ -267,12 +282,28 @@ class Driver:
 
     async def _base_summary(self, buf: dict[str, Any]) -> dict[str, Any]:
         ctx, _ = self._wired()
-        timers = await asyncio.gather(*(t.stats.remote() for t in ctx.graph.timers.actors))
-        gens = await asyncio.gather(*(g.stats.remote() for g in ctx.graph.generators.actors))
+        timers = await answering_stats(ctx.graph.timers.actors)
+        gens = await answering_stats(ctx.graph.generators.actors)
         wall = time.monotonic() - ctx.t0
         return {**ctx.producer.tally.summary(), "wall_s": wall, "evaluated": ctx.producer.evaluated,
                 "pipeline": ctx.producer.gauges(buf, wall), "buffer": buf, "timers": timers, "generators": gens,
                 "archive": ctx.archive.summary(), "run_dir": str(self.run_dir)}
+
+
+async def answering_stats(actors: list[ray.actor.ActorHandle]) -> list[dict[str, Any]]:
+    """Each actor's `stats()`; one that Ray is restarting (or that died) gives `{"unavailable": why}`
+    instead of ending the run: the work it lost is retried by whoever sent it (actors/restarts.py),
+    and the next record has its stats again."""
+    got = await asyncio.gather(*(a.stats.remote() for a in actors), return_exceptions=True)
+    out: list[dict[str, Any]] = []
+    for stats in got:
+        if isinstance(stats, RayActorError):
+            out.append({"unavailable": " ".join(str(stats).split())[:300]})
+        elif isinstance(stats, BaseException):
+            raise stats
+        else:
+            out.append(stats)
+    return out
 
 
 def delivery_gauges(generator_stats: list[dict[str, Any]]) -> dict[str, float]:

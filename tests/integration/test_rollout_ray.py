@@ -184,6 +184,47 @@ def test_rollout_scores_and_archives_every_group(ray_cluster: Any, model_dir: Pa
     assert records[-1]["pipeline/util/timers"] > 0 and records[-1]["pipeline/tokens_per_s"] > 0
 
 
+def test_a_generator_restarted_mid_run_leaves_the_metrics_going(ray_cluster: Any, model_dir: Path, cache_dir: Path,
+                                                                 tmp_path: Path) -> None:
+    """The generator is killed mid-generation (Ray restarts it) while the driver writes a metrics
+    record every 0.2 s: the records go on, counting it unavailable while Ray restarts it, the lost
+    generation is retried, and the run ends with its summary."""
+    run = tmp_path / "run"
+    driver = Driver(SearchStage, _config(run, model_dir, cache_dir, "rollout.max_groups=2", "metrics.interval_s=0.2",
+                                         "prompts.mode=plain", "cluster.restart_timeout_s=120"), progress=False)
+    result: dict[str, Any] = {}
+
+    def run_driver() -> None:
+        try:
+            result["summary"] = driver.run()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread below
+            result["error"] = exc
+
+    thread = threading.Thread(target=run_driver, name="rollout-driver", daemon=True)
+    thread.start()
+    try:
+        graph = _wait_for("producer graph", lambda: driver.graph, 300, thread)
+        generator = graph.generators.actors[0]
+        _wait_for("generation in flight", lambda: ray.get(generator.stats.remote())["in_flight"] is not None, 300, thread)
+        killed_at = time.time()
+        ray.kill(generator, no_restart=False)
+        thread.join(600)
+    finally:
+        if thread.is_alive() and driver.graph is not None:
+            kill_graph(driver.graph)
+            thread.join(60)
+    assert not thread.is_alive(), "the driver did not finish"
+    if "error" in result:
+        raise result["error"]
+    _check_run(run, result["summary"], groups=2, group_size=3)
+    assert result["summary"]["generators"][0]["restarted"]
+    records = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+               if "pipeline/generators_unavailable" in r]
+    assert any(r["pipeline/generators_unavailable"] == 1 for r in records), "no record saw the restart"
+    assert any(r["time"] > killed_at and r["pipeline/generators_unavailable"] == 0 for r in records), \
+        "no record after the generator came back"
+
+
 def test_rollout_survives_killed_compiler_and_timer(ray_cluster: Any, model_dir: Path, cache_dir: Path,
                                                     tmp_path: Path) -> None:
     """A compile actor and the timer are killed (Ray restarts them) while each has a call in flight:
