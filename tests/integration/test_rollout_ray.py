@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -89,6 +90,33 @@ def _wait_for(what: str, check: Callable[[], T | None], timeout_s: float, alive:
         assert alive.is_alive(), f"the driver ended before {what}"
         time.sleep(0.02)
     raise AssertionError(f"no {what} within {timeout_s:.0f} s")
+
+
+@contextmanager
+def _driver_in_thread(driver: Driver) -> Iterator[tuple[threading.Thread, dict[str, Any]]]:
+    """`driver.run()` in a thread while the body kills its actors; then waits for it, re-raises its
+    error, and leaves its summary in the yielded dict.  A driver that outlives the test loses its
+    actors first (a failed test must not leave a driver holding the timer's device)."""
+    result: dict[str, Any] = {}
+
+    def run_driver() -> None:
+        try:
+            result["summary"] = driver.run()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread below
+            result["error"] = exc
+
+    thread = threading.Thread(target=run_driver, name="rollout-driver", daemon=True)
+    thread.start()
+    try:
+        yield thread, result
+        thread.join(600)
+    finally:
+        if thread.is_alive() and driver.graph is not None:
+            kill_graph(driver.graph)
+            thread.join(60)
+    assert not thread.is_alive(), "the driver did not finish"
+    if "error" in result:
+        raise result["error"]
 
 
 def _check_run(run_dir: Path, summary: dict[str, Any], *, groups: int, group_size: int) -> list[Group]:
@@ -192,30 +220,12 @@ def test_a_generator_restarted_mid_run_leaves_the_metrics_going(ray_cluster: Any
     run = tmp_path / "run"
     driver = Driver(SearchStage, _config(run, model_dir, cache_dir, "rollout.max_groups=2", "metrics.interval_s=0.2",
                                          "prompts.mode=plain", "cluster.restart_timeout_s=120"), progress=False)
-    result: dict[str, Any] = {}
-
-    def run_driver() -> None:
-        try:
-            result["summary"] = driver.run()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread below
-            result["error"] = exc
-
-    thread = threading.Thread(target=run_driver, name="rollout-driver", daemon=True)
-    thread.start()
-    try:
+    with _driver_in_thread(driver) as (thread, result):
         graph = _wait_for("producer graph", lambda: driver.graph, 300, thread)
         generator = graph.generators.actors[0]
         _wait_for("generation in flight", lambda: ray.get(generator.stats.remote())["in_flight"] is not None, 300, thread)
         killed_at = time.time()
         ray.kill(generator, no_restart=False)
-        thread.join(600)
-    finally:
-        if thread.is_alive() and driver.graph is not None:
-            kill_graph(driver.graph)
-            thread.join(60)
-    assert not thread.is_alive(), "the driver did not finish"
-    if "error" in result:
-        raise result["error"]
     _check_run(run, result["summary"], groups=2, group_size=3)
     assert result["summary"]["generators"][0]["restarted"]
     records = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
@@ -237,17 +247,7 @@ def test_rollout_survives_killed_compiler_and_timer(ray_cluster: Any, model_dir:
     driver = Driver(SearchStage, _config(run, model_dir, cache_dir, "rollout.max_groups=3", "cluster.num_compilers=2",
                                    "prompts.mode=plain", "cluster.restart_timeout_s=120",
                                    "rollout.dedupe_group_sources=false"), progress=False)
-    result: dict[str, Any] = {}
-
-    def run_driver() -> None:
-        try:
-            result["summary"] = driver.run()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread below
-            result["error"] = exc
-
-    thread = threading.Thread(target=run_driver, name="rollout-driver", daemon=True)
-    thread.start()
-    try:
+    with _driver_in_thread(driver) as (thread, result):
         graph = _wait_for("producer graph", lambda: driver.graph, 300, thread)
         # Both compile actors busy: the one killed is mid-build (capture subprocess, cache lookup).
         _wait_for("build on every compile actor",
@@ -257,14 +257,6 @@ def test_rollout_survives_killed_compiler_and_timer(ray_cluster: Any, model_dir:
         before = _wait_for("evaluation in flight",
                            lambda: (s := ray.get(timer.stats.remote()))["in_flight"] and s, 300, thread)
         ray.kill(timer, no_restart=False)
-        thread.join(600)
-    finally:
-        if thread.is_alive() and driver.graph is not None:
-            kill_graph(driver.graph)  # a failed test must not leave a driver holding the timer's device
-            thread.join(60)
-    assert not thread.is_alive(), "the driver did not finish"
-    if "error" in result:
-        raise result["error"]
     summary = result["summary"]
 
     groups = _check_run(run, summary, groups=3, group_size=3)
