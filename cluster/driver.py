@@ -207,10 +207,8 @@ class Driver:
             await asyncio.gather(*in_flight)
         stop.set()
         await consumer
-        for side in (ticker, status):    # said when they failed (`_said_when_failed`), raised after the summary
-            exc = await asyncio.gather(side, return_exceptions=True)
-            if isinstance(exc[0], BaseException):
-                producer.errors.append(exc[0])
+        await asyncio.wait((ticker, status))    # a failure was said (`_said_when_failed`); raised after the summary
+        producer.errors += [exc for exc in map(_failure, (ticker, status)) if exc is not None]
         buf = await ctx.graph.buffer.stats.remote()
         summary = await stage.summary(await self._base_summary(buf))
         ctx.sink.log(producer.gauges(buf, time.monotonic() - ctx.t0) | group_metrics(producer.take_recent()),
@@ -233,8 +231,9 @@ class Driver:
     def _said_when_failed(self, task: asyncio.Task[None]) -> None:
         """A background loop (metrics records, status lines) that stopped on an error is a bug: said
         at once, since the run goes on without it, and raised once the run's summary is written."""
-        if not task.cancelled() and task.exception() is not None:
-            self.console.say(f"{task.get_coro().__qualname__} stopped: {task.exception()!r}; "
+        exc = _failure(task)
+        if exc is not None:
+            self.console.say(f"{task.get_coro().__qualname__} stopped: {exc!r}; "
                              "the run goes on without it and raises the error at its end")
 
     async def _group(self, gid: str, version: int, task: Task) -> None:
@@ -255,8 +254,8 @@ class Driver:
             recent = ctx.producer.take_recent()
             gens = await answering_stats(ctx.graph.generators.actors)
             buf = await ctx.graph.buffer.stats.remote()
-            restarting = {"pipeline/generators_unavailable": float(sum("unavailable" in g for g in gens))}
-            ctx.sink.log(ctx.producer.gauges(buf, time.monotonic() - ctx.t0) | delivery_gauges(gens) | restarting
+            unavailable = {"pipeline/generators_unavailable": float(sum("unavailable" in g for g in gens))}
+            ctx.sink.log(ctx.producer.gauges(buf, time.monotonic() - ctx.t0) | delivery_gauges(gens) | unavailable
                          | group_metrics(recent), step=stage.metrics_step())
 
     async def _status(self, stop: asyncio.Event) -> None:
@@ -288,6 +287,11 @@ class Driver:
         return {**ctx.producer.tally.summary(), "wall_s": wall, "evaluated": ctx.producer.evaluated,
                 "pipeline": ctx.producer.gauges(buf, wall), "buffer": buf, "timers": timers, "generators": gens,
                 "archive": ctx.archive.summary(), "run_dir": str(self.run_dir)}
+
+
+def _failure(task: asyncio.Task[None]) -> BaseException | None:
+    """The error a finished task ended with (None when it returned or was cancelled)."""
+    return None if task.cancelled() else task.exception()
 
 
 async def answering_stats(actors: list[ray.actor.ActorHandle]) -> list[dict[str, Any]]:
