@@ -570,22 +570,26 @@ def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile:
     The runner is forked first, as soon as the judge's and runner's modules are imported: before
     this process touches the device or anything of a job, and before torch.compile's modules
     (imported with `warm_compile`, seconds a compiled baseline would otherwise pay inside the
-    evaluation).  With `dispatch_tools`, whichever process will record the candidate's ATen ops
-    (the torch-fallback audit) or its kernel launches (the profiler) imports torch._dynamo now:
-    both tools import it on first use, 1.5 s here and ~6 s on the H200 host inside a job.
-    With `device_ahead` both processes create their CUDA contexts now (`context_ahead`), in
-    parallel, and this one returns once the runner's is up too: a worker says ready only when
-    nothing of its start-up is left to run beside a timed phase."""
+    evaluation).  The candidate loaders are imported after the fork, by whichever process loads the
+    candidate: importing
+    `torch.utils.cpp_extension` asks `torch.cuda.is_available()`, which (outside the fork server's
+    NVML-based check) asks the CUDA runtime, and torch then refuses CUDA in every child forked
+    later ("Cannot re-initialize CUDA in forked subprocess").  With `dispatch_tools`, whichever
+    process will record the candidate's ATen ops (the torch-fallback audit) or its kernel launches
+    (the profiler) imports torch._dynamo now: both tools import it on first use, 1.5 s here and
+    ~6 s on the H200 host inside a job.  With `device_ahead` both processes create their CUDA
+    contexts now (`context_ahead`), in parallel, and this one returns once the runner's is up too:
+    a worker says ready only when nothing of its start-up is left to run beside a timed phase."""
     from rl_kernels.evaluation.judge import RunnerProcess
 
-    for name in ("rl_kernels.evaluation.runner", *CANDIDATE_LOADERS):
-        importlib.import_module(name)
+    importlib.import_module("rl_kernels.evaluation.runner")
     tools = ("torch._dynamo",) if dispatch_tools else ()
-    runner = (RunnerProcess(scratch, close_in_child=close_in_child, preload=tools, device_ahead=device_ahead)
+    runner = (RunnerProcess(scratch, close_in_child=close_in_child, preload=(*CANDIDATE_LOADERS, *tools),
+                            device_ahead=device_ahead)
               if split else None)
     here = ("torch._dynamo", "torch._inductor.compile_fx") if warm_compile else ()
     if runner is None:
-        here += tools       # under `shared` this process records the ops and the launches itself
+        here += (*CANDIDATE_LOADERS, *tools)   # under `shared` this process loads, records ops and launches
     for name in here:
         importlib.import_module(name)
     if device_ahead:
