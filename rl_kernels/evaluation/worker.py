@@ -571,14 +571,14 @@ def prepare(scratch: Path, close_in_child: list[int], split: bool, warm_compile:
     process touches the device or anything of a job, and before torch.compile's modules (imported with
     `warm_compile`, seconds a compiled baseline would otherwise pay inside the evaluation). The
     candidate loaders are imported after the fork, by whichever process loads the candidate: importing
-    `torch.utils.cpp_extension` asks `torch.cuda.is_available()`, which (outside the fork server's NVML-
-    based check) asks the CUDA runtime, and torch then refuses CUDA in every child forked later ("Cannot
-    re-initialize CUDA in forked subprocess"). With `dispatch_tools`, whichever process will record the
-    candidate's ATen ops (the torch-fallback audit) or its kernel launches (the profiler) imports
-    torch._dynamo now: both tools import it on first use, 1.5 s here and ~6 s on the H200 host inside a
-    job. With `device_ahead` both processes create their CUDA contexts now (`context_ahead`), in
-    parallel, and this one returns once the runner's is up too: a worker says ready only when nothing of
-    its start-up is left to run beside a timed phase."""
+    `torch.utils.cpp_extension` asks `torch.cuda.is_available()`, which (outside the fork server's
+    NVML-based check) asks the CUDA runtime, and torch then refuses CUDA in every child forked later
+    ("Cannot re-initialize CUDA in forked subprocess"). With `dispatch_tools`, whichever process will
+    record the candidate's ATen ops (the torch-fallback audit) or its kernel launches (the profiler)
+    imports torch._dynamo now: both tools import it on first use, 1.5 s here and ~6 s on the H200 host
+    inside a job. With `device_ahead` both processes create their CUDA contexts now (`context_ahead`),
+    in parallel, and this one returns once the runner's is up too: a worker says ready only when nothing
+    of its start-up is left to run beside a timed phase."""
     from rl_kernels.evaluation.judge import RunnerProcess
 
     importlib.import_module("rl_kernels.evaluation.runner")
