@@ -7,7 +7,10 @@ Per group (in policy-version order): each completion's program (its extension na
 the task, "seed" without one) with its speedup when correct, else why not; correct count; mean
 reward. Per third of the versions: completions, compiled, correct, mean reward and mean ln(speedup)
 of the correct kernels. Per task and third: correct kernels, mean ln(speedup), geomean speedup, and
-the share of correct programs that keep an OpenMP `parallel` pragma. `--leave-out` names groups
+the share of correct programs that keep an OpenMP `parallel` pragma. The trend: the least-squares
+slope of the correct kernels' ln(speedup) over policy versions, per task and pooled within tasks
+(each task's own mean taken out, so a run that writes more kernels for an easy task does not read
+as a rise), per 10 versions, with its standard error. `--leave-out` names groups
 (ids or their prefixes, e.g. g000013) whose measurements are known to be disturbed: their rows stay
 in the first table, marked, and they count in neither summary.
 """
@@ -95,6 +98,52 @@ def thirds(groups: list[Group], ranges: list[tuple[int, int]]) -> list[str]:
     return rows
 
 
+def slope(points: list[tuple[float, float]], means_removed: int = 0) -> tuple[float, float] | None:
+    """Least-squares slope of y over x and its standard error; None without two x values and a residual.
+    `means_removed`: group means already taken out of the points (each costs a residual degree of freedom)."""
+    if len(points) < 3 + means_removed:
+        return None
+    mx = statistics.fmean(x for x, _ in points)
+    my = statistics.fmean(y for _, y in points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    residual = sum((y - my - b * (x - mx)) ** 2 for x, y in points)
+    return b, math.sqrt(residual / (len(points) - 2 - means_removed) / sxx)
+
+
+def correct_points(groups: list[Group]) -> dict[str, list[tuple[float, float]]]:
+    """Per task: (policy version, ln(speedup)) of each correct kernel."""
+    by_task: dict[str, list[tuple[float, float]]] = {}
+    for g in groups:
+        for t in g.trajectories:
+            if t.measurement and t.measurement.correct and t.measurement.speedup:
+                by_task.setdefault(g.task_id, []).append((g.policy_version, math.log(t.measurement.speedup)))
+    return by_task
+
+
+def trend(by_task: dict[str, list[tuple[float, float]]]) -> list[tuple[str, int, tuple[float, float] | None]]:
+    """(task, kernels, slope and its standard error) per task, then pooled within tasks: each task's
+    mean version and mean ln(speedup) taken out, so that more kernels of a faster task later in the
+    run do not read as a rise."""
+    centred: list[tuple[float, float]] = []
+    for points in by_task.values():
+        mx = statistics.fmean(x for x, _ in points)
+        my = statistics.fmean(y for _, y in points)
+        centred += [(x - mx, y - my) for x, y in points]
+    fits = [(name, len(points), slope(points)) for name, points in sorted(by_task.items())]
+    return [*fits, ("pooled within tasks", len(centred), slope(centred, means_removed=max(len(by_task) - 1, 0)))]
+
+
+def trend_rows(by_task: dict[str, list[tuple[float, float]]]) -> list[str]:
+    rows = []
+    for name, n, fit in trend(by_task):
+        cell = f"{10 * fit[0]:+.3f} ± {10 * fit[1]:.3f} | {fit[0] / fit[1]:+.1f}" if fit and fit[1] > 0 else "- | -"
+        rows.append(f"| {name.split('/')[-1]} | {n} | {cell} |")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path)
@@ -116,7 +165,9 @@ def main() -> None:
                         "| versions | completions | compiled | correct | mean reward of correct kernels | mean ln(speedup) of correct |",
                         "|---|---|---|---|---|---|", *totals(kept, ranges), "",
                         "| task | versions | correct kernels | mean ln(speedup) | geomean speedup | omp share |",
-                        "|---|---|---|---|---|---|", *thirds(kept, ranges)]
+                        "|---|---|---|---|---|---|", *thirds(kept, ranges), "",
+                        "| task | correct kernels | ln(speedup) per 10 versions ± standard error | t |",
+                        "|---|---|---|---|", *trend_rows(correct_points(kept))]
     text = "\n".join(lines)
     print(text)
     if args.out:
