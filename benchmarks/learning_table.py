@@ -55,6 +55,12 @@ def outcome(t: Trajectory) -> str:
     return (t.detail or "no code").split(":")[0].split()[0]
 
 
+def ln_speedup(t: Trajectory) -> float | None:
+    """ln(speedup) of a correct kernel that was timed; None for any other completion."""
+    m = t.measurement
+    return math.log(m.speedup) if m is not None and m.correct and m.speedup else None
+
+
 def group_row(g: Group) -> str:
     cells = ", ".join(f"{program(g.task_id, t.source)} {outcome(t)}" for t in g.trajectories)
     correct = sum(bool(t.measurement and t.measurement.correct) for t in g.trajectories)
@@ -73,9 +79,9 @@ def totals(groups: list[Group], ranges: list[tuple[int, int]]) -> list[str]:
     for lo, hi in ranges:
         ts = [t for g in groups if lo <= g.policy_version <= hi for t in g.trajectories]
         compiled = sum(bool(t.measurement and t.measurement.compiled) for t in ts)
-        correct = [t for t in ts if t.measurement and t.measurement.correct and t.measurement.speedup]
+        correct = [t for t in ts if ln_speedup(t) is not None]
         reward = f"{statistics.fmean(t.reward for t in correct):.3f}" if correct else "-"
-        ln = [math.log(t.measurement.speedup) for t in correct]   # type: ignore[union-attr]
+        ln = [ln_speedup(t) for t in correct]
         logs = f"{statistics.fmean(ln):+.3f}" if ln else "-"
         share = f" ({len(correct) / len(ts):.0%})" if ts else ""
         rows.append(f"| v{lo}-v{hi} | {len(ts)} | {compiled} | {len(correct)}{share} | {reward} | {logs} |")
@@ -87,11 +93,11 @@ def thirds(groups: list[Group], ranges: list[tuple[int, int]]) -> list[str]:
     for task in sorted({g.task_id for g in groups}):
         for lo, hi in ranges:
             kernels = [t for g in groups if g.task_id == task and lo <= g.policy_version <= hi
-                       for t in g.trajectories if t.measurement and t.measurement.correct and t.measurement.speedup]
+                       for t in g.trajectories if ln_speedup(t) is not None]
             if not kernels:
                 rows.append(f"| {task.split('/')[-1]} | v{lo}-v{hi} | 0 | - | - | - |")
                 continue
-            logs = [math.log(t.measurement.speedup) for t in kernels]   # type: ignore[union-attr]
+            logs = [ln_speedup(t) for t in kernels]
             omp = sum("#pragma omp parallel" in (t.source or "") for t in kernels) / len(kernels)
             rows.append(f"| {task.split('/')[-1]} | v{lo}-v{hi} | {len(kernels)} | {statistics.fmean(logs):+.3f} | "
                         f"{math.exp(statistics.fmean(logs)):.2f}x | {omp:.0%} |")
@@ -118,8 +124,8 @@ def correct_points(groups: list[Group]) -> dict[str, list[tuple[float, float]]]:
     by_task: dict[str, list[tuple[float, float]]] = {}
     for g in groups:
         for t in g.trajectories:
-            if t.measurement and t.measurement.correct and t.measurement.speedup:
-                by_task.setdefault(g.task_id, []).append((g.policy_version, math.log(t.measurement.speedup)))
+            if (ln := ln_speedup(t)) is not None:
+                by_task.setdefault(g.task_id, []).append((g.policy_version, ln))
     return by_task
 
 
