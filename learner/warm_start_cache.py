@@ -3,7 +3,8 @@ adapter (or fully fine-tuned model), training it first when no run with the same
 
 The adapter is cached by content: the key hashes everything the warm start's result depends on (the
 model, the sft / learner / prompt / split / backend settings, and the bytes of every source, the
-packaged ladder included), so a changed ladder or learning rate trains a new adapter and an
+packaged ladder and seeds of the configured backend included), so a changed ladder or learning rate
+trains a new adapter and an
 unchanged one is reused in seconds.  The cached directory is a whole warm-start run
 (`<cache>/<key>/sft/`: adapter or model, metrics.jsonl, report.json), so its report stays beside it.
 """
@@ -61,9 +62,9 @@ def warm_start_key(cfg: Config) -> str:
     }
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for src in cfg.sft.sources:
-        if src.kind == "builtin":
-            _hash_tree(h, LADDER_DIR)
-            _hash_tree(h, BUILTIN_DIR / "seeds")
+        if src.kind == "builtin":   # it reads the configured backend's ladder and seeds only
+            _hash_tree(h, LADDER_DIR / cfg.eval.backend)
+            _hash_tree(h, BUILTIN_DIR / "seeds" / cfg.eval.backend)
         elif src.path is not None:
             if not Path(src.path).exists():
                 raise FileNotFoundError(f"sft source {src.kind} {src.path} does not exist")

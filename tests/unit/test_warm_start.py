@@ -104,6 +104,27 @@ def test_train_before_warm_start_trains_once_and_reuses_the_adapter_for_the_same
     assert warm_start_key(cfg) != key
 
 
+def test_the_builtin_source_key_covers_its_backends_ladder_only(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_kernels.learner import warm_start_cache
+
+    for part in ("ladder/cpu/softmax", "ladder/cuda/softmax", "seeds/cpu", "seeds/cuda"):
+        (tmp_path / part).mkdir(parents=True)
+        (tmp_path / part / "a.py").write_text(part)
+    monkeypatch.setattr(warm_start_cache, "LADDER_DIR", tmp_path / "ladder")
+    monkeypatch.setattr(warm_start_cache, "BUILTIN_DIR", tmp_path)
+    cfg = load_config(None, ["eval.backend=cpu", 'sft.sources=[{"kind":"builtin"}]'])
+    key = warm_start_key(cfg)
+    (tmp_path / "ladder/cuda/softmax/b.py").write_text("a new cuda rung")
+    (tmp_path / "seeds/cuda/a.py").write_text("another cuda seed")
+    assert warm_start_key(cfg) == key   # a cpu warm start never reads the cuda files
+    (tmp_path / "ladder/cpu/softmax/b.py").write_text("a new cpu rung")
+    assert warm_start_key(cfg) != key
+    key = warm_start_key(cfg)
+    (tmp_path / "seeds/cpu/a.py").write_text("an edited cpu seed")
+    assert warm_start_key(cfg) != key
+
+
 def test_full_fine_tuning_writes_a_model_that_train_loads_as_its_policy(tmp_path: Path) -> None:
     data = tmp_path / "kernels.jsonl"
     data.write_text(json.dumps({"task": HGEMM, "source": get_task(HGEMM).seeds["cpu"]}) + "\n")
