@@ -76,6 +76,7 @@ class RunData:
     groups: list[Group]
     versions: list[VersionStats]
     speedups: dict[str, list[float]]   # task id -> speedups of its correct kernels
+    version_speedups: dict[str, list[tuple[int, float]]]   # task id -> (policy version, speedup) of the same
     records: list[Record]
 
 
@@ -127,7 +128,7 @@ def _read_run(run_dir: Path) -> RunData:
                          f"{trajectories.FILENAME} nor {metrics.FILENAME}")
     groups = [group for _status, group in read_groups(traj_path)]
     return RunData(groups=groups, versions=version_stats(groups), speedups=speedups_by_task(groups),
-                   records=read_metrics(run_dir))
+                   version_speedups=speedups_by_version(groups), records=read_metrics(run_dir))
 
 
 def version_stats(groups: Sequence[Group]) -> list[VersionStats]:
@@ -150,16 +151,22 @@ def version_stats(groups: Sequence[Group]) -> list[VersionStats]:
     return out
 
 
-def speedups_by_task(groups: Sequence[Group]) -> dict[str, list[float]]:
-    """Speedups of the kernels that passed every gate, per task id in sorted order (tasks without one
-    are absent): a flagged speedup is one the evaluator does not believe, so it is never a "best"."""
-    out: dict[str, list[float]] = {}
+def speedups_by_version(groups: Sequence[Group]) -> dict[str, list[tuple[int, float]]]:
+    """(policy version, speedup) of every kernel that passed every gate, per task id in sorted order
+    (tasks without one are absent): a flagged speedup is one the evaluator does not believe, so it is
+    never a "best" and never a point of the trend."""
+    out: dict[str, list[tuple[int, float]]] = {}
     for g in groups:
         for t in g.trajectories:
             m = t.measurement
             if m is not None and passed_every_gate(m):
-                out.setdefault(g.task_id, []).append(m.speedup)
+                out.setdefault(g.task_id, []).append((g.policy_version, m.speedup))
     return dict(sorted(out.items()))
+
+
+def speedups_by_task(groups: Sequence[Group]) -> dict[str, list[float]]:
+    """The speedups of `speedups_by_version` without their versions."""
+    return {task: [s for _v, s in points] for task, points in speedups_by_version(groups).items()}
 
 
 def summarize(data: RunData) -> dict[str, Any]:
@@ -248,6 +255,32 @@ def _speedups_figure(data: RunData) -> Figure | None:
     return fig
 
 
+def _speed_trend_figure(data: RunData) -> Figure | None:
+    """Correct kernels' speedups against the policy version that wrote them, one colour per task, with
+    each version's geometric mean joined: whether a task's kernels get faster as the policy trains, which
+    the pooled reward curve cannot show when versions sample different tasks."""
+    if not data.version_speedups:
+        return None
+    fig = _new_figure(width=8.0, height=4.5)
+    ax = fig.subplots()
+    for task, points in data.version_speedups.items():
+        by_version: dict[int, list[float]] = {}
+        for version, speedup in points:
+            by_version.setdefault(version, []).append(speedup)
+        versions = sorted(by_version)
+        geomeans = [math.exp(statistics.fmean(math.log(s) for s in by_version[v])) for v in versions]
+        line, = ax.plot(versions, geomeans, marker="o", label=task)
+        ax.scatter([v for v, _s in points], [s for _v, s in points], s=10, alpha=0.35, color=line.get_color())
+    ax.axhline(1.0, color="tab:red", linestyle="--", linewidth=1)
+    ax.set_yscale("log")
+    ax.set(xlabel="policy version", ylabel="speedup (log scale; line: geometric mean)",
+           title="Speedups of correct kernels per policy version")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
 def _idle_keys(records: Sequence[Record]) -> list[str]:
     """The idle ratios present (pipeline/idle/*, learner/idle_ratio), then timer utilisation."""
     present = {k for r in records for k in r if _carries(r, k)}
@@ -300,6 +333,8 @@ FIGURES = (
                 _correctness_figure),
     _FigureSpec("speedups.png", "Speedups of correct kernels per task", "no correct kernel with a speedup",
                 _speedups_figure),
+    _FigureSpec("speed_trend.png", "Speedups of correct kernels per policy version",
+                "no correct kernel with a speedup", _speed_trend_figure),
     _FigureSpec("idle.png", "Idle ratios and timer utilisation",
                 "no pipeline/idle/*, learner/idle_ratio or pipeline/util/timers values in metrics.jsonl",
                 _idle_figure),

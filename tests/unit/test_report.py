@@ -14,7 +14,7 @@ from rl_kernels.cli import main
 from rl_kernels.config import MetricsConfig
 from rl_kernels.metrics import FILENAME as METRICS_FILE
 from rl_kernels.metrics import MetricsSink
-from rl_kernels.report import FIGURES, write_report
+from rl_kernels.report import FIGURES, speedups_by_version, write_report
 from rl_kernels.trajectories import FILENAME as TRAJ_FILE
 from rl_kernels.trajectories import Group, Trajectory, TrajectoryStore
 from rl_kernels.types import Measurement
@@ -22,7 +22,7 @@ from rl_kernels.types import Measurement
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TASKS = ("builtin/softmax", "hgemm/fp16/64_64_64", "odd/<b>&task")   # the last one must be escaped
 VERSIONS = (0, 1, 2)
-ALL_PNGS = {"reward.png", "correctness.png", "speedups.png", "idle.png", "learner.png"}
+ALL_PNGS = {"reward.png", "correctness.png", "speedups.png", "speed_trend.png", "idle.png", "learner.png"}
 
 
 def _traj(index: int, reward: float, *, parsed: bool = True, compiled: bool = False, correct: bool = False,
@@ -107,6 +107,14 @@ def test_page_shows_per_version_mean_rewards(full_report: tuple[list[Path], str,
     assert summary["reward_mean_last_version"] == pytest.approx(means[2])
 
 
+def test_speed_trend_points_are_each_correct_kernel_with_its_version() -> None:
+    groups = _groups()
+    groups[0].trajectories[2].measurement.flagged = "implausible"   # a flagged speedup is no point of the trend
+    expected = {task: [(v, 0.5 + v + 0.3 * k) for v in VERSIONS if (v, k) != (0, 0)]
+                for k, task in enumerate(TASKS)}
+    assert speedups_by_version(groups) == dict(sorted(expected.items()))
+
+
 def test_summary_counts_every_group_and_learner_step(full_report: tuple[list[Path], str, dict]) -> None:
     _, page, summary = full_report
     groups = _groups()
@@ -133,7 +141,7 @@ def test_trajectories_only_run_skips_metric_figures(tmp_path: Path) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "elsewhere"
     _write_trajectories(run_dir, _groups())
     report = write_report(run_dir, out)
-    assert {p.name for p in report.pngs} == {"reward.png", "correctness.png", "speedups.png"}
+    assert {p.name for p in report.pngs} == {"reward.png", "correctness.png", "speedups.png", "speed_trend.png"}
     assert not (out / "idle.png").exists() and not (out / "learner.png").exists()
     page = report.html.read_text(encoding="utf-8")
     assert report.html == out / "report.html"
