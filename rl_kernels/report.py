@@ -31,6 +31,8 @@ from rl_kernels.trajectories import Group, read_groups
 LEARNER_KEYS = ("learner/loss", "learner/policy_loss", "learner/kl", "learner/clip_fraction",
                 "learner/entropy", "learner/grad_norm", "learner/mismatch_kl")
 TIMER_UTIL_KEY = "pipeline/util/timers"
+# Past this many tasks (a KernelBench level has 100) the speed-trend legend would cover the plot.
+LEGEND_MAX_TASKS = 12
 
 Record = dict[str, Any]
 
@@ -277,7 +279,8 @@ def _speed_trend_figure(data: RunData) -> Figure | None:
            title="Speedups of correct kernels per policy version")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if len(data.version_speedups) <= LEGEND_MAX_TASKS:
+        ax.legend(fontsize=8)
     return fig
 
 
