@@ -4,9 +4,9 @@ adapter (or fully fine-tuned model), training it first when no run with the same
 The adapter is cached by content: the key hashes everything the warm start's result depends on (the
 model, the sft / learner / prompt / split / backend settings, and the bytes of every source, the
 packaged ladder and seeds of the configured backend included), so a changed ladder or learning rate
-trains a new adapter and an
-unchanged one is reused in seconds.  The cached directory is a whole warm-start run
-(`<cache>/<key>/sft/`: adapter or model, metrics.jsonl, report.json), so its report stays beside it.
+trains a new adapter and an unchanged one is reused in seconds.  The cached directory is a whole
+warm-start run (`<cache>/<key>/sft/`: adapter or model, metrics.jsonl, report.json), so its report
+stays beside it.
 """
 
 from __future__ import annotations

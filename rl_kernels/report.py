@@ -77,9 +77,13 @@ class RunData:
 
     groups: list[Group]
     versions: list[VersionStats]
-    speedups: dict[str, list[float]]   # task id -> speedups of its correct kernels
-    version_speedups: dict[str, list[tuple[int, float]]]   # task id -> (policy version, speedup) of the same
+    version_speedups: dict[str, list[tuple[int, float]]]   # task id -> (policy version, speedup), correct kernels
     records: list[Record]
+
+    @property
+    def speedups(self) -> dict[str, list[float]]:
+        """Task id -> the speedups of its correct kernels, without their versions."""
+        return {task: [s for _v, s in points] for task, points in self.version_speedups.items()}
 
 
 @dataclass(frozen=True)
@@ -129,8 +133,8 @@ def _read_run(run_dir: Path) -> RunData:
         raise ValueError(f"{run_dir} does not look like a run directory: it holds neither "
                          f"{trajectories.FILENAME} nor {metrics.FILENAME}")
     groups = [group for _status, group in read_groups(traj_path)]
-    return RunData(groups=groups, versions=version_stats(groups), speedups=speedups_by_task(groups),
-                   version_speedups=speedups_by_version(groups), records=read_metrics(run_dir))
+    return RunData(groups=groups, versions=version_stats(groups), version_speedups=speedups_by_version(groups),
+                   records=read_metrics(run_dir))
 
 
 def version_stats(groups: Sequence[Group]) -> list[VersionStats]:
@@ -164,11 +168,6 @@ def speedups_by_version(groups: Sequence[Group]) -> dict[str, list[tuple[int, fl
             if m is not None and passed_every_gate(m):
                 out.setdefault(g.task_id, []).append((g.policy_version, m.speedup))
     return dict(sorted(out.items()))
-
-
-def speedups_by_task(groups: Sequence[Group]) -> dict[str, list[float]]:
-    """The speedups of `speedups_by_version` without their versions."""
-    return {task: [s for _v, s in points] for task, points in speedups_by_version(groups).items()}
 
 
 def summarize(data: RunData) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from rl_kernels.cli import main
 from rl_kernels.config import MetricsConfig
 from rl_kernels.metrics import FILENAME as METRICS_FILE
 from rl_kernels.metrics import MetricsSink
-from rl_kernels.report import FIGURES, LEGEND_MAX_TASKS, RunData, speedups_by_task, speedups_by_version, write_report
+from rl_kernels.report import FIGURES, LEGEND_MAX_TASKS, RunData, speedups_by_version, write_report
 from rl_kernels.trajectories import FILENAME as TRAJ_FILE
 from rl_kernels.trajectories import Group, Trajectory, TrajectoryStore
 from rl_kernels.types import Measurement
@@ -121,8 +121,7 @@ def test_speed_trend_names_tasks_only_while_the_legend_fits() -> None:
     def legend_for(n_tasks: int) -> object:
         groups = [Group(f"g{k}-{v}", f"suite/task{k}", v, [_traj(0, 1.0, compiled=True, correct=True, speedup=1.0 + v)])
                   for k in range(n_tasks) for v in VERSIONS]
-        data = RunData(groups=groups, versions=[], speedups=speedups_by_task(groups),
-                       version_speedups=speedups_by_version(groups), records=[])
+        data = RunData(groups=groups, versions=[], version_speedups=speedups_by_version(groups), records=[])
         return draw(data).axes[0].get_legend()
 
     assert legend_for(LEGEND_MAX_TASKS) is not None
