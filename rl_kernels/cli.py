@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rl_kernels.config import Config, ConfigError, dump_config, load_config
-from rl_kernels.placement import PlacementError, PlacementPlan, described_nodes, plan_placement
+from rl_kernels.placement import (NodeSpec, PlacementError, PlacementPlan, described_nodes, local_ray_cpus,
+                                  plan_placement)
 from rl_kernels.tasks.module import TaskError
 from rl_kernels.types import Build, Measurement, Task
 
@@ -45,6 +46,13 @@ def _dry_run_plan(cfg: Config, *, learner: bool) -> PlacementPlan:
         return plan_for_running_cluster(cfg, learner=learner)
     return plan_placement(cfg, described_nodes(cfg, os.cpu_count() or 1, _visible_gpus(), learner=learner),
                           learner=learner)
+
+
+def _check_fits_this_machine(cfg: Config, *, learner: bool) -> None:
+    """A local Ray's graph must fit this machine's cores and GPUs: PlacementError before stage 1 or
+    any actor spends time (the driver plans again on the live Ray)."""
+    cores = local_ray_cpus(cfg, os.cpu_count() or 1, learner=learner)
+    plan_placement(cfg, [NodeSpec("local", float(cores), float(_visible_gpus()))], learner=learner)
 
 
 def _visible_gpus() -> int:
@@ -545,6 +553,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rl_kernels.policy.preflight import check_policy
 
             check_policy(cfg)   # the model and the backend, before any actor starts
+            if cfg.cluster.ray_address is None:
+                _check_fits_this_machine(cfg, learner=_GRAPH_COMMANDS[args.command])
         handler = {"eval": cmd_eval, "build": cmd_build, "tasks": cmd_tasks, "bench": cmd_bench, "export": cmd_export,
                    "rollout": cmd_rollout,
                    "train": cmd_train, "sft": cmd_sft, "selftrain": cmd_selftrain,

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from tiny_model import save_tiny_llama
 
-from rl_kernels.config import Config, ConfigError
+from rl_kernels.config import Config, ConfigError, load_config
 from rl_kernels.policy.models import missing_lora_targets
-from rl_kernels.policy.preflight import check_policy
+from rl_kernels.policy.preflight import ModelSize, check_fits_gpu, check_policy
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +94,71 @@ def test_embedding_and_head_adapters_are_refused_for_vllm(model_dir: Path) -> No
 def test_extra_generator_slots_are_refused_for_hf() -> None:
     with pytest.raises(ValueError, match="generator_slots 4 with policy.backend hf"):
         Config(cluster={"generator_slots": 4})
+
+
+SMOLLM2_135M = ModelSize(params=134_515_008, kv_bytes_per_token=2 * 30 * 3 * 64 * 2, vocab=49152)
+SEVENTY_B = ModelSize(params=70_553_706_496, kv_bytes_per_token=2 * 80 * 8 * 128 * 2, vocab=128256)
+H100 = 80 * 1024**3
+
+
+def _gpu_cfg(**sections: dict) -> Config:
+    return load_config(REPO / "configs" / "gpu_train.yaml", [f"{k}={v}" for k, v in sections.items()])
+
+
+def test_the_one_gpu_config_fits_an_h100() -> None:
+    check_fits_gpu(_gpu_cfg(), SMOLLM2_135M, H100)
+
+
+def test_a_model_larger_than_vllms_share_is_refused_with_the_figures() -> None:
+    with pytest.raises(ConfigError, match=r"70.55B parameters, 131.4 GiB in bf16\) does not fit vLLM's share .* "
+                                          r"policy.vllm.gpu_memory_utilization 0.25 of 80.0 GiB gives 20.0 GiB"):
+        check_fits_gpu(_gpu_cfg(), SEVENTY_B, H100)
+
+
+def test_a_learner_beside_the_engine_on_one_gpu_counts_its_logits() -> None:
+    cfg = _gpu_cfg(**{"learner.micro_batch_size": 64})   # 64 x 5120 tokens x 49152 x 4 bytes = 60 GiB
+    with pytest.raises(ConfigError, match=r"does not fit one GPU shared by generator and learner: .* fp32 logits "
+                                          r"60.0 GiB \(learner.micro_batch_size 64"):
+        check_fits_gpu(cfg, SMOLLM2_135M, H100)
+    check_fits_gpu(_gpu_cfg(**{"learner.micro_batch_size": 64, "learner.num_gpus": 1}), SMOLLM2_135M, H100)
+
+
+def test_the_model_size_is_read_from_the_config(model_dir: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    size = ModelSize.of(model, config)
+    assert size.params == sum(p.numel() for p in model.parameters()) > 0
+    head_dim = config.hidden_size // config.num_attention_heads
+    assert size.kv_bytes_per_token == 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 2
+    assert size.vocab == config.vocab_size
+
+
+def test_a_cuda_run_on_a_cpu_build_of_torch_is_refused_before_anything_starts(model_dir: Path) -> None:
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("torch here is a CUDA build")
+    with pytest.raises(ConfigError, match=r"eval.backend=cuda on a local Ray, but torch .* is a CPU build"):
+        check_policy(_cfg(model_dir, eval={"backend": "cuda"}))
+
+
+def test_a_graph_that_needs_a_gpu_this_machine_lacks_stops_before_stage_1(model_dir: Path, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A CUDA build of torch on a machine without a visible GPU (the CPU build is refused earlier)."""
+    import torch
+
+    from rl_kernels.cli import main
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(torch.version, "cuda", torch.version.cuda or "13.0")
+    run = tmp_path / "run"
+    code = main(["train", "--config", str(REPO / "configs" / "local.yaml"), f"run_dir={run}",
+                 f"policy.model={model_dir}", "learner.device=cuda", "learner.num_gpus=1"])
+    assert code == 2
+    assert "error: learner 0 needs 1 CPU(s) and 1 GPU(s) on one node (missing 1 GPUs)" in capsys.readouterr().err
+    assert not run.exists(), "nothing started: no run directory, no warm start"
