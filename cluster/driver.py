@@ -50,6 +50,7 @@ from rl_kernels.cluster.status import Console, status_line
 from rl_kernels.cluster.versions import PolicyVersions
 from rl_kernels.config import Config, ConfigError, dump_config
 from rl_kernels.metrics import MetricsSink, group_metrics
+from rl_kernels.run_dir import CONFIG_FILE
 from rl_kernels.tasks import load_suite
 from rl_kernels.tasks.split import task_split
 from rl_kernels.trajectories import FILENAME as TRAJECTORIES, Group
@@ -77,13 +78,19 @@ def select_tasks(cfg: Config) -> list[Task]:
     return [by_id[t] for t in cfg.rollout.tasks]
 
 
-def prepare_run_dir(cfg: Config, resume: bool) -> Path:
-    run = Path(cfg.run_dir)
+def refuse_earlier_run(run: Path, resume: bool) -> None:
+    """A new run never writes into the directory of an earlier one (its files would mix with the
+    earlier run's); `train` asks before it places a warm start there, the driver before it starts."""
     if (run / TRAJECTORIES).exists() and not resume:
         raise RunDirError(f"{run} already holds a run ({TRAJECTORIES}); pass --resume to continue it "
                           f"(archive and trajectories are appended to) or set run_dir=... for a new one")
+
+
+def prepare_run_dir(cfg: Config, resume: bool) -> Path:
+    run = Path(cfg.run_dir)
+    refuse_earlier_run(run, resume)
     run.mkdir(parents=True, exist_ok=True)
-    (run / "config.yaml").write_text(dump_config(cfg))
+    (run / CONFIG_FILE).write_text(dump_config(cfg))
     return run
 
 

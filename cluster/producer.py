@@ -17,6 +17,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from rl_kernels.actors.compiler import build_or_fail
@@ -38,6 +39,11 @@ log = logging.getLogger(__name__)
 DRIVER_ERROR = "driver_error"
 
 
+def _no_stamp(task: Task) -> dict[str, Any]:
+    """A stage that stamps nothing on its groups."""
+    return {}
+
+
 class GroupProducer:
     """Makes, scores and submits groups on `graph`; counts what it did (`tally`, tokens, evaluations,
     time spent timing and waiting for slots), keeps the groups finished since `take_recent` and
@@ -56,6 +62,7 @@ class GroupProducer:
         self.timed_ms = 0.0                   # candidate + baseline time actually timed
         self.evaluated = 0
         self.tokens = 0
+        self.stamp: Callable[[Task], dict[str, Any]] = _no_stamp   # what the stage adds to each group's extra
         self._recent: list[Group] = []
 
     def next_id(self) -> str:
@@ -121,7 +128,7 @@ class GroupProducer:
         trajs = await self.score(task, completions, progress)
         return Group(group_id=gid, task_id=task.id, policy_version=version, trajectories=list(trajs),
                      backend=backend, extra={"prompt_mode": prompt.mode,
-                                             "exemplar_speedups": prompt.exemplar_speedups},
+                                             "exemplar_speedups": prompt.exemplar_speedups, **self.stamp(task)},
                      prompt_token_ids=list(completions[0].prompt_token_ids) if completions else [])
 
     async def sample(self, messages: list[dict[str, str]], params: Any, version: int) -> list[Completion] | None:

@@ -31,10 +31,10 @@ from rl_kernels.heldout import (TaskTally, append_report, heldout_metrics, heldo
 from rl_kernels.learner.checkpoints import python_rng_state
 from rl_kernels.learner.publish import adapter_dir
 from rl_kernels.metrics import group_metrics
-from rl_kernels.rollout import TaskCycle
+from rl_kernels.task_sampler import TaskSampler, made_weak
 from rl_kernels.tasks import load_suite
 from rl_kernels.tasks.split import task_split
-from rl_kernels.trajectories import Group
+from rl_kernels.trajectories import FILENAME as TRAJECTORIES, Group
 from rl_kernels.types import Task
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,8 @@ class LearnStage:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         cfg = ctx.cfg
-        self.cycle = TaskCycle(ctx.tasks, ctx.rng)
+        self.sampler = TaskSampler(ctx.tasks, ctx.rng, cfg.rollout)
+        ctx.producer.stamp = self.sampler.stamp
         self.rollout_deadline = ctx.t0 + cfg.rollout.time_budget_s if cfg.rollout.time_budget_s else None
         self.deadline = ctx.t0 + cfg.train.time_budget_s if cfg.train.time_budget_s else None
         self.step = 0
@@ -66,10 +67,12 @@ class LearnStage:
     async def start(self) -> None:
         """On --resume: the learner loads its newest checkpoint and the buffer is rebuilt from
         trajectories.jsonl as of that checkpoint (buffer_restore.py); then the restored version is
-        announced again. Without a checkpoint the run restarts at step 0, version 0."""
+        announced again. Without a checkpoint the run restarts at step 0, version 0. The task
+        sampler's health is rebuilt from every group the file holds (task_sampler.py)."""
         ctx = self.ctx
         if not ctx.resume:
             return
+        self.sampler.restore(ctx.run_dir / TRAJECTORIES)
         state = await ctx.graph.learner.resume.remote()
         step, version = (int(state["step"]), int(state["version"])) if state else (0, 0)
         books = await ctx.graph.buffer.restore.remote(step, version)
@@ -87,13 +90,20 @@ class LearnStage:
 
     async def tasks(self) -> AsyncIterator[Task]:
         while not self.stopped():
-            yield self.cycle.next()
+            yield self.sampler.next()
 
     def stopped(self) -> bool:
         return self.done or production_ended(self.ctx, self.rollout_deadline)
 
     def on_group(self, group: Group | None) -> None:
-        """Counted by the producer; the learner takes accepted groups from the buffer."""
+        """Counted by the producer; the learner takes accepted groups from the buffer. The sampler
+        sees every scored group in the order they finish, and a task turning weak or healthy is said."""
+        if group is None:
+            return
+        was_weak = self.sampler.health.weak(group.task_id)
+        self.sampler.observe(group)
+        if self.sampler.health.weak(group.task_id) != was_weak:
+            self.ctx.say(self.sampler.health_line(group.task_id))
 
     def metrics_step(self) -> int:
         return self.step
@@ -152,7 +162,8 @@ class LearnStage:
         record = {**out, **{f"batch/{k.split('/', 1)[1]}": v for k, v in batch.items()},
                   "policy/version": ctx.versions.current, "learner/step": self.step,
                   "learner/idle_ratio": self.wait_s / wall, "learner/busy_ratio": self.busy_s / wall,
-                  "learner/steps_per_hour": self._steps_per_hour(wall)}
+                  "learner/steps_per_hour": self._steps_per_hour(wall),
+                  "batch/weak_task_groups": sum(made_weak(g) for g in groups), **self.sampler.metrics()}
         if ctx.versions.sync_s:
             record["learner/weight_sync_s"] = ctx.versions.sync_s[-1]
         ctx.sink.log(record, step=self.step)
@@ -212,4 +223,5 @@ class LearnStage:
         return {**base, "steps": self.step, "version": ctx.versions.current, "resumed_from": self.resumed_from,
                 "reward_trend": trend, "history": hist, "learner_idle_ratio": self.wait_s / wall,
                 "steps_per_hour": self._steps_per_hour(wall), "weight_sync_s_median": ctx.versions.sync_median_s(),
-                "best_kernels": ctx.archive.summary(), "heldout": self.heldout}
+                "best_kernels": ctx.archive.summary(), "heldout": self.heldout,
+                "task_sampling": self.sampler.summary()}

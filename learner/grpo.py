@@ -62,7 +62,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, std_scaling: StdSca
 
 
 def decoupled_advantages(gate: torch.Tensor, speed: torch.Tensor, fast_enough: torch.Tensor, group_size: int,
-                         std_scaling: StdScaling = "none", speed_weight: float = 1.0,
+                         std_scaling: StdScaling = "none", speed_weight: float | torch.Tensor = 1.0,
                          eps: float = 1e-6) -> GroupAdvantages:
     """Correctness and speed get advantages of their own, summed: A = A_gate + speed_weight * A_speed.
 
@@ -75,17 +75,19 @@ def decoupled_advantages(gate: torch.Tensor, speed: torch.Tensor, fast_enough: t
     gate         [B] the reward without its speed term (failure / shaping rewards, or the correct base)
     speed        [B] the speed term of kernels that earned the correct reward (ignored elsewhere)
     fast_enough  [B] bool: the completions whose `speed` counts (the group's correct kernels)
+    speed_weight one number, or [groups] one per group (a weak task's groups weigh speed apart)
     A_gate is group_advantages(gate); A_speed is speed minus the mean over the group's correct
     kernels, scaled the same way, and 0 for the others and for groups with fewer than two correct
-    kernels of different speed. A group is dropped when neither part has a signal.
+    kernels of different speed or a speed weight of 0. A group is dropped when neither part has a signal.
     """
     g = _grouped(gate, group_size)                                               # [groups, G]
     s = _grouped(speed, group_size)                                              # [groups, G]
-    member = fast_enough.view(-1, group_size).bool()                             # [groups, G]
+    weight = torch.as_tensor(speed_weight, dtype=torch.float64).expand(g.size(0))  # [groups]
+    member = fast_enough.view(-1, group_size).bool() & (weight > 0)[:, None]     # [groups, G]
     adv_gate, gate_signal = _centred(g, torch.ones_like(member), std_scaling, eps)
     adv_speed, speed_signal = _centred(s, member, std_scaling, eps)
     keep_group = gate_signal | speed_signal                                      # [groups]
-    adv = adv_gate + speed_weight * adv_speed                                    # [groups, G]
+    adv = adv_gate + weight[:, None] * adv_speed                                 # [groups, G]
     keep = keep_group[:, None].expand_as(g).reshape(-1)                          # [B]
     return GroupAdvantages(adv.reshape(-1).to(gate.dtype), keep, int((~keep_group).sum()),
                            int(speed_signal.sum()))

@@ -7,6 +7,10 @@ packaged ladder and seeds of the configured backend included), so a changed ladd
 trains a new adapter and an unchanged one is reused in seconds.  The cached directory is a whole
 warm-start run (`<cache>/<key>/sft/`: adapter or model, metrics.jsonl, report.json), so its report
 stays beside it.
+
+The cache is one machine's, so a run never points into it: `place_in_run` puts the warm start
+inside the run directory (`RUN_DIR/warm_start/`), whose config then names that copy, and the run
+directory stays whole when it moves to another machine (rl_kernels/run_dir.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import multiprocessing
 import os
 import pickle
 import queue
+import shutil
+import uuid
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -28,6 +34,9 @@ from rl_kernels.config import Config, default_cache_dir as cache_home
 from rl_kernels.evaluation.sandbox import die_with_parent
 from rl_kernels.tasks.ladder import LADDER_DIR
 from rl_kernels.tasks.suites import BUILTIN_DIR
+
+
+RUN_WARM_START = "warm_start"   # the run directory's copy of its warm start (adapter or model, report.json)
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,32 @@ def _child(cfg: Config, messages: Any, parent: int) -> None:
         except Exception:  # noqa: BLE001 - an exception that cannot cross processes
             exc = RuntimeError(f"{type(exc).__name__}: {exc}")
         messages.put(("error", exc))
+
+
+def place_in_run(warm: WarmStart, run_dir: Path) -> WarmStart:
+    """The warm start copied into `run_dir/warm_start/` (its adapter or model directory, and its
+    report.json), so the run's config names a path that travels with the run directory. Files are
+    hard-linked where the cache shares the file system (a finished warm start is never rewritten,
+    and a full fine-tune's model is hundreds of MB), else copied; an earlier placement is replaced
+    whole, never seen half-written."""
+    target = Path(run_dir) / RUN_WARM_START
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(warm.output, tmp / warm.output.name, copy_function=_link_or_copy)
+    (tmp / REPORT).write_text(json.dumps(warm.report, indent=1))
+    if target.exists():
+        shutil.rmtree(target)
+    os.rename(tmp, target)
+    return WarmStart(target / warm.output.name, warm.report, warm.reused)
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    """A hard link to `src` at `dst`, or a copy where linking fails (another file system)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
 
 
 def start_from(cfg: Config, warm: WarmStart) -> Config:

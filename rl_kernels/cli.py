@@ -14,13 +14,17 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rl_kernels.config import Config, ConfigError, dump_config, load_config
 from rl_kernels.placement import (NodeSpec, PlacementError, PlacementPlan, described_nodes, local_ray_cpus,
                                   plan_placement)
+from rl_kernels.run_dir import CONFIG_FILE, load_run_config
 from rl_kernels.tasks.module import TaskError
 from rl_kernels.types import Build, Measurement, Task
+
+if TYPE_CHECKING:   # the warm start's modules load only for a train job that runs one
+    from rl_kernels.learner.warm_start_cache import WarmStart
 
 CANDIDATE_SUFFIXES = (".py", ".cu", ".cpp", ".cc")
 
@@ -64,20 +68,23 @@ def _visible_gpus() -> int:
 
 
 def _resolve(args: argparse.Namespace) -> Config:
+    """The command's config. Given a run directory (`--resume DIR`, `heldout DIR`) it starts from the
+    run's own config.yaml, whose paths inside the run directory follow it when it moved
+    (rl_kernels/run_dir.py), unless --config names another base."""
     overrides = list(args.overrides)
-    config = args.config
-    run_arg = getattr(args, "resume_dir", None) or getattr(args, "run", None)
-    if run_arg:
-        run = Path(run_arg)
-        if not (run / "config.yaml").is_file():
-            raise ConfigError(f"{run}: no config.yaml there, so it is not a run directory")
-        config = config or run / "config.yaml"
-        overrides.append(f"run_dir={run}")
     if args.backend:
         overrides.append(f"eval.backend={args.backend}")
     if args.mode:
         overrides.append(f"eval.timing.mode={args.mode}")
-    return load_config(config, overrides)
+    run_arg = getattr(args, "resume_dir", None) or getattr(args, "run", None)
+    if not run_arg:
+        return load_config(args.config, overrides)
+    run = Path(run_arg)
+    if not args.config:   # stderr: `heldout --json` prints its result on stdout
+        return load_run_config(run, overrides, lambda line: print(line, file=sys.stderr, flush=True))
+    if not (run / CONFIG_FILE).is_file():
+        raise ConfigError(f"{run}: no {CONFIG_FILE} there, so it is not a run directory")
+    return load_config(args.config, [*overrides, f"run_dir={run}"])
 
 
 def _measurement_line(m: Measurement) -> str:
@@ -316,18 +323,18 @@ def _rollout_summary(s: dict[str, Any]) -> str:
 def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     """Generators, compile pool, timers, buffer and the learner on Ray; ends with a summary and
     the run's report (Ray is imported here: the library itself never imports it)."""
-    from rl_kernels.cluster.driver import Driver, RunDirError
+    from rl_kernels.cluster.driver import Driver, RunDirError, refuse_earlier_run
     from rl_kernels.cluster.train import LearnStage
     from rl_kernels.report import write_report
 
     warm = None
-    if cfg.sft.before_train and cfg.policy.init_adapter is None and not args.resume_dir:
-        from rl_kernels.learner.warm_start_cache import cached_warm_start, start_from
-
-        warm = cached_warm_start(cfg, lambda line: print(line, flush=True))
-        print(_warm_start_line(warm.report, warm.output, warm.reused), flush=True)
-        cfg = start_from(cfg, warm)
     try:
+        if cfg.sft.before_train and cfg.policy.init_adapter is None and not args.resume_dir:
+            refuse_earlier_run(Path(cfg.run_dir), resume=False)   # before stage 1 spends its time, not after
+            from rl_kernels.learner.warm_start_cache import start_from
+
+            warm = _warm_start_in_run(cfg)
+            cfg = start_from(cfg, warm)
         summary = Driver(LearnStage, cfg, resume=bool(args.resume_dir)).run()
     except RunDirError as exc:
         raise ConfigError(str(exc).replace("pass --resume", f"pass --resume {cfg.run_dir}")) from None
@@ -342,6 +349,16 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     if warm:
         print("  " + _warm_start_line(warm.report, warm.output, warm.reused))
     return 0
+
+
+def _warm_start_in_run(cfg: Config) -> WarmStart:
+    """Stage 1 from the cache (trained first when it has none for these inputs), placed inside the
+    run directory so the run's config never names this machine's cache."""
+    from rl_kernels.learner.warm_start_cache import cached_warm_start, place_in_run
+
+    warm = place_in_run(cached_warm_start(cfg, lambda line: print(line, flush=True)), Path(cfg.run_dir))
+    print(_warm_start_line(warm.report, warm.output, warm.reused), flush=True)
+    return warm
 
 
 def _warm_start_line(report: dict[str, Any], output: Path, reused: bool) -> str:

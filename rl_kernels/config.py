@@ -754,6 +754,18 @@ class RolloutConfig(_Strict):
     slot_poll_s: float = Field(0.5, gt=0, description=(
         "seconds a producer waits before asking the buffer again for a slot while staleness holds it back; "
         "lower starts groups sooner after a slot frees, with more calls to the buffer actor"))
+    weak_task_floor: float = Field(0.25, ge=0, le=1, description=(
+        "train: recent correct rate (share of a task's completions that passed) below which a task is weak: "
+        "it gets weak_task_groups groups per pass and its groups' speed term grpo.weak_task_speed_weight; "
+        "higher protects tasks sooner and takes speed signal and groups from more of them; 0 turns both off"))
+    weak_task_groups: int = Field(2, ge=1, description=(
+        "train: groups per pass of the task cycle a weak task gets (every other task keeps one, so none is "
+        "starved); more revives a weak task sooner, a task that never passes then costs that many groups a "
+        "pass; 1 is the plain cycle"))
+    task_health_alpha: float = Field(0.5, gt=0, le=1, description=(
+        "train: weight of a task's newest finished group in its recent correct rate (an exponentially "
+        "weighted mean of its groups' correct shares); higher reacts to a collapse sooner, lower is less "
+        "moved by one unlucky group (0.5: about its last 3 groups)"))
 
     @model_validator(mode="after")
     def _stops(self) -> "RolloutConfig":
@@ -798,6 +810,10 @@ class GrpoConfig(_Strict):
     speed_weight: float = Field(1.0, ge=0, description=(
         "decoupled advantages: weight of the speed part against the correctness part (1 = equal); "
         "higher pushes speed harder and risks trading correctness for it"))
+    weak_task_speed_weight: float = Field(0.0, ge=0, description=(
+        "decoupled advantages: speed_weight of the groups of a task that was weak (rollout.weak_task_floor) "
+        "when they were made; 0 pushes a weak task's correct kernels by correctness alone, so none of its few "
+        "correct kernels is pushed down for being slower than another; speed_weight restores the old rule"))
     clip_low: float = Field(0.2, gt=0, lt=1, description=(
         "PPO ratio clip below 1 for negative advantages (1 - clip_low); larger allows bigger steps away"))
     clip_high: float = Field(0.28, gt=0, description=(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,20 +27,32 @@ SEED_POLICY_VERSION = -1
 
 
 class TaskCycle:
-    """Tasks in a fresh random order each pass, every task once per pass: over a run each task gets
-    the same number of groups (within one), and no task is starved by an unlucky draw."""
+    """Tasks in a fresh random order each pass, each task `repeats(task)` times per pass. Once by
+    default, so that over a run every task gets the same number of groups (within one) and no task is
+    starved by an unlucky draw; repeating a task gives it more groups while every other task still
+    gets one per pass. `repeats` is read as each pass starts."""
 
-    def __init__(self, tasks: list[Task], rng: random.Random) -> None:
+    def __init__(self, tasks: list[Task], rng: random.Random,
+                 repeats: Callable[[Task], int] = lambda task: 1) -> None:
         if not tasks:
             raise ValueError("no tasks to roll out: the suite (or rollout.tasks) is empty")
         self._tasks = list(tasks)
         self._rng = rng
+        self._repeats = repeats
         self._queue: list[Task] = []
 
     def next(self) -> Task:
         if not self._queue:
-            self._queue = self._rng.sample(self._tasks, k=len(self._tasks))
+            one_pass = self._pass()
+            self._queue = self._rng.sample(one_pass, k=len(one_pass))
         return self._queue.pop()
+
+    def _pass(self) -> list[Task]:
+        counts = [(t, self._repeats(t)) for t in self._tasks]
+        short = [t.id for t, n in counts if n < 1]
+        if short:
+            raise ValueError(f"every task needs at least one group per pass; repeats < 1 for {short}")
+        return [t for t, n in counts for _ in range(n)]
 
 
 @dataclass(frozen=True)
