@@ -1,4 +1,4 @@
-"""`rl-kernels` command line: eval | build | tasks | bench | export | rollout | train | sft | selftrain | heldout | report.
+"""`rl-kernels` command line: eval | build | tasks | bench | export | rollout | train | sft | selftrain | heldout | compare | report.
 
 Every subcommand but `report` takes `--config FILE` plus dotted overrides (`eval.timing.samples=50`)
 and `--dry-run`, which prints the resolved config (and, for rollout, train and selftrain, the
@@ -38,7 +38,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 # The commands that start the producer graph on Ray, and whether it has a learner actor.
-_GRAPH_COMMANDS = {"rollout": False, "train": True, "selftrain": False}
+_GRAPH_COMMANDS = {"rollout": False, "train": True, "selftrain": False, "compare": False}
 
 
 def _dry_run_plan(cfg: Config, *, learner: bool) -> PlacementPlan:
@@ -470,6 +470,37 @@ def _heldout(args: argparse.Namespace, cfg: Config, run: Path) -> dict[str, Any]
     return summary
 
 
+def cmd_compare(args: argparse.Namespace, cfg: Config) -> int:
+    """Policy versions of a run sampled on the same tasks, prompts, seeds and budget through the Ray
+    pipeline (cluster/compare.py); the table, and the JSON with every figure and outcome, are written
+    to RUN_DIR/compare/."""
+    from rl_kernels.cluster.compare import make_plan, run_comparison
+    from rl_kernels.cluster.status import Console
+    from rl_kernels.comparison_report import markdown_table
+
+    if args.samples is not None:
+        cfg.compare.samples = args.samples
+    plan = make_plan(cfg, versions=args.versions, tasks=args.tasks.split(",") if args.tasks else None,
+                     heldout=args.heldout, name=args.name)
+    # stdout carries the result: progress and what libraries print go to stderr under --json
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        print(plan.headline(), flush=True)
+        summary = run_comparison(cfg, plan, Console())
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(markdown_table(summary))
+        print("written: " + ", ".join(summary["files"]))
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Draw a run's curves from its files alone: no config is loaded, so any run directory works."""
     from rl_kernels.report import write_report
@@ -549,6 +580,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", type=int, help="policy version to sample (default: the newest published; 0: base)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     _common(p)
+    p = sub.add_parser("compare", help="sample policy versions of a run (default: 0, its start, and the newest) on the "
+                                       "same tasks, prompts, seeds and budget; rates, fast_p and geomean speedups per "
+                                       "task and pooled, with bootstrap intervals")
+    p.add_argument("run", metavar="RUN_DIR", help="run directory (its config.yaml is the base config)")
+    p.add_argument("--versions", help="comma-separated policy versions, e.g. 0,12 (default: 0 and the newest published)")
+    p.add_argument("--samples", type=_positive_int, help="completions per task per version (default compare.samples)")
+    p.add_argument("--tasks", help="comma-separated task ids among the run's training (or, with --heldout, held-out) tasks")
+    p.add_argument("--heldout", action="store_true", help="the split's held-out tasks instead of the training tasks")
+    p.add_argument("--name", help="file name under RUN_DIR/compare/ (default v0-vN, with -heldout)")
+    p.add_argument("--json", action="store_true", help="print the whole comparison as one JSON object")
+    _common(p)
     p = sub.add_parser("report", help="draw a run's curves and speedups to PNG files and one HTML page")
     p.add_argument("run_dir", help="run directory (holds trajectories.jsonl and/or metrics.jsonl)")
     p.add_argument("--out", help="output directory (default: RUN_DIR/report)")
@@ -575,7 +617,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = {"eval": cmd_eval, "build": cmd_build, "tasks": cmd_tasks, "bench": cmd_bench, "export": cmd_export,
                    "rollout": cmd_rollout,
                    "train": cmd_train, "sft": cmd_sft, "selftrain": cmd_selftrain,
-                   "heldout": cmd_heldout}[args.command]
+                   "heldout": cmd_heldout, "compare": cmd_compare}[args.command]
         return handler(args, cfg)
     except (ConfigError, TaskError, PlacementError) as exc:
         print(f"error: {exc}", file=sys.stderr)

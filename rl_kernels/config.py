@@ -1034,6 +1034,38 @@ class SplitConfig(_Strict):
         "metrics; 0 never (held-out evaluations share the timers with training)"))
 
 
+class CompareConfig(_Strict):
+    """`rl-kernels compare`: two or more policy versions of a run sampled on the same tasks, prompts, seeds and
+    budget, with bootstrap intervals (rl_kernels/comparison.py)."""
+
+    samples: int = Field(32, ge=1, description=(
+        "completions per task per version; more narrows the intervals, each costs a generation and an evaluation"))
+    bootstrap_resamples: int = Field(2000, ge=100, description=(
+        "bootstrap resamples of each (task, version)'s completions; more steadies the interval ends, costs "
+        "milliseconds of CPU per task"))
+    confidence: float = Field(0.95, gt=0, lt=1, description=(
+        "coverage of the percentile bootstrap intervals; higher is wider"))
+    fast_thresholds: list[float] = Field(default_factory=lambda: [1.0, 1.2], min_length=1, description=(
+        "fast_p figures: share of all completions that passed every gate at >= p times the task's first "
+        "configured baseline (eager for module tasks)"))
+    prompt: Literal["run", "plain", "contrastive"] = Field("run", description=(
+        "the one prompt per task every version gets: run = what the run's prompts.mode sent at its start; "
+        "plain = the task alone; contrastive = the task with its seed kernel and the seed's archived speedup"))
+    seed: int = Field(0, description=(
+        "sampling seed of each task (the same for every version) and the bootstrap's RNG"))
+    measure_each: bool = Field(True, description=(
+        "time every completion's kernel on its own, repeats too, so timing noise enters the intervals; false "
+        "times each distinct kernel of a (task, version) once: cheaper when the policy repeats itself, but "
+        "intervals then miss the timing noise"))
+
+    @field_validator("fast_thresholds")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if any(p <= 0 for p in v):
+            raise ValueError(f"compare.fast_thresholds must be speedups above 0, got {v}")
+        return v
+
+
 class ExportConfig(_Strict):
     """`rl-kernels export`: which kernels become a library, and the measurements its plan is made of
     (rl_kernels/ops/export.py)."""
@@ -1091,6 +1123,8 @@ class Config(_Strict):
         "`rl-kernels selftrain`: rounds of sampling, keeping verified answers and fine-tuning on them"))
     export: ExportConfig = Field(default_factory=ExportConfig, description=(
         "`rl-kernels export`: which verified kernels become a library, and how export measures them"))
+    compare: CompareConfig = Field(default_factory=CompareConfig, description=(
+        "`rl-kernels compare`: policy versions of a run against each other at an equal budget"))
 
     @model_validator(mode="after")
     def _combinations(self) -> "Config":
