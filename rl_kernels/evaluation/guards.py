@@ -24,6 +24,7 @@ from rl_kernels.evaluation.guards_cpp import (
     TENSOR_COMPUTE_METHODS,
     Finding,
     check_native,
+    by_priority,
     first_by_priority,
     has_custom_kernel,
     has_hgemm_entry,
@@ -31,6 +32,7 @@ from rl_kernels.evaluation.guards_cpp import (
 )
 from rl_kernels.evaluation.flags import check_flags
 from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.evaluation.refusals import ALLOW_TORCH, NO_SETTING, TORCH_FIX, joined
 from rl_kernels.types import Task
 
 Backend = Literal["cpu", "cuda"]
@@ -171,8 +173,7 @@ def static_check(task: Task, source: str, backend: Backend, allow_torch_ops: boo
     worst = first_by_priority(findings)
     if worst is None:
         return GuardVerdict(None, "passed")
-    others = len(findings) - 1
-    return GuardVerdict(worst.reason, worst.describe() + (f" (+{others} more)" if others else ""))
+    return GuardVerdict(worst.reason, joined([f.describe() for f in by_priority(findings)]))
 
 
 def extract_native_sources(source: str) -> list[str]:
@@ -187,27 +188,40 @@ def extract_native_sources(source: str) -> list[str]:
 
 def _check_hgemm(source: str, backend: Backend, allow: bool) -> list[Finding]:
     if not source.strip() or not has_hgemm_entry(source):
-        return [Finding(Reason.MALFORMED, "entry", 1, "source",
-                        "no entry point: " + hgemm_entry_diagnosis(source))]
+        return [Finding(Reason.MALFORMED, "entry point", 1, "source",
+                        "the evaluator calls one entry function and finds none: " + hgemm_entry_diagnosis(source),
+                        f"give your entry function that signature — {NO_SETTING}")]
     findings = check_native(source, "source", allow)
     if not allow and not has_custom_kernel([source], backend):
-        findings.append(Finding(Reason.NO_CUSTOM_KERNEL, "kernel", 1, "source", _no_kernel_why(backend)))
+        findings.append(Finding(Reason.NO_CUSTOM_KERNEL, "no kernel", 1, "source", _no_kernel_why(backend),
+                                _no_kernel_fix(backend)))
     return findings
 
 
 def _no_kernel_why(backend: Backend) -> str:
+    """What the gate looks for as the candidate's own kernel, which it did not find."""
     if backend == "cuda":
-        return "no custom kernel: needs a __global__ function and a launch (<<<>>> or cudaLaunchKernel)"
-    return "no custom kernel: needs a loop storing through a raw data_ptr() pointer"
+        return "no kernel of your own: the gate finds no __global__ function launched with <<<>>> or cudaLaunchKernel"
+    return "no kernel of your own: the gate finds no loop storing through a raw data_ptr() pointer"
+
+
+def _no_kernel_fix(backend: Backend) -> str:
+    """A file without a kernel is either unfinished or a torch rewrite: name both ways out."""
+    if backend == "cuda":
+        return "write a __global__ kernel and launch it from the load_inline sources, or " + ALLOW_TORCH
+    return "write the loop over data_ptr() in the load_inline C++ sources, or " + ALLOW_TORCH
 
 
 def _check_module(source: str, backend: Backend, allow: bool) -> list[Finding]:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return [Finding(Reason.MALFORMED, str(exc.msg), exc.lineno or 1, "python", "syntax error")]
+        return [Finding(Reason.MALFORMED, str(exc.msg), exc.lineno or 1, "python",
+                        "the file must parse as Python 3", f"fix the syntax — {NO_SETTING}")]
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
-        return [Finding(Reason.MALFORMED, "ModelNew", 1, "python", "no top-level class ModelNew")]
+        return [Finding(Reason.MALFORMED, "class ModelNew", 1, "python",
+                        "no top-level class ModelNew, which the evaluator runs in place of the task's Model",
+                        f"define `class ModelNew(nn.Module)` at module level — {NO_SETTING}")]
     aliases = _Aliases(tree)
     checker = _PythonChecker(aliases, allow)
     checker.visit(tree)
@@ -218,8 +232,9 @@ def _check_module(source: str, backend: Backend, allow: bool) -> list[Finding]:
         where = f"{native.kind}[{native.index}] (python line {native.line})"
         findings += check_native(native.text, where, allow)
     if not allow and not has_custom_kernel([n.text for n in natives], backend):
-        where = "load_inline sources" if natives else "python (no load_inline call)"
-        findings.append(Finding(Reason.NO_CUSTOM_KERNEL, "kernel", 1, where, _no_kernel_why(backend)))
+        token = "load_inline sources" if natives else "no load_inline call"
+        findings.append(Finding(Reason.NO_CUSTOM_KERNEL, token, 1, "python", _no_kernel_why(backend),
+                                _no_kernel_fix(backend)))
     return findings
 
 
@@ -297,6 +312,23 @@ def _matches(path: str, rule: str) -> bool:
     return path == rule or path.startswith(rule + ".")
 
 
+def _builtin_text(name: str) -> tuple[str, str]:
+    """Why a banned builtin is refused and what to write instead (empty: the reason's default)."""
+    if BANNED_BUILTINS[name] is Reason.FILE_ACCESS:
+        return "", f"embed the data in the source — {NO_SETTING}"
+    return "", ""
+
+
+def _torch_api_text(reason: Reason) -> tuple[str, str]:
+    """Why a banned torch API is refused: global torch state for monkeypatching paths, else the reason's."""
+    if reason is Reason.MONKEYPATCH:
+        return ("it changes process-wide torch state (RNG, backend flags, threads, device) that the checks "
+                "and the baseline rely on", f"remove the call — {NO_SETTING}")
+    if reason is Reason.FILE_ACCESS:
+        return "", f"build with load_inline from literal sources and embed data in the source — {NO_SETTING}"
+    return "", ""
+
+
 class _PythonChecker(ast.NodeVisitor):
     """Walks the candidate module; torch compute is checked everywhere except `__init__` bodies."""
 
@@ -305,11 +337,37 @@ class _PythonChecker(ast.NodeVisitor):
         self.allow = allow_torch_ops
         self.findings: list[Finding] = []
         self.in_init = False
+        self.function = ""                   # the enclosing function's name ("" at module level)
+        self.in_handler = False              # inside an except handler (a fallback path)
         self.local_names: set[str] = set()   # names the enclosing function binds (they hide builtins)
         self.torch_layers: set[str] = set()  # self.X holding an nn layer or a torch function
 
-    def _add(self, reason: Reason, node: ast.AST, token: str, why: str) -> None:
-        self.findings.append(Finding(reason, token, getattr(node, "lineno", 1), "python", why))
+    def _add(self, reason: Reason, node: ast.AST, token: str, why: str = "", fix: str = "") -> None:
+        self.findings.append(Finding(reason, token, getattr(node, "lineno", 1), "python", why, fix))
+
+    def _torch_work(self, node: ast.AST, token: str, what: str) -> None:
+        """Torch doing the work: in an except handler that is a fallback for the kernel, which the
+        user should hear about as such (CUDA-L1's released kernels wrap their kernel call this way)."""
+        if self.in_handler:
+            self._add(Reason.NO_CUSTOM_KERNEL, node, token,
+                      f"{what} in the except handler of a try/except is a torch fallback for the kernel call: it hides a kernel "
+                      "that fails to build or run, and torch's result and time would count as the kernel's",
+                      "remove the try/except so the kernel's errors surface, or " + ALLOW_TORCH)
+            return
+        scope = f"in {self.function}()" if self.function else "at module level"
+        self._add(Reason.NO_CUSTOM_KERNEL, node, token,
+                  f"{what} {scope} does the work instead of your kernel", TORCH_FIX)
+
+    def visit_Try(self, node: ast.Try) -> None:
+        for statement in (*node.body, *node.orelse, *node.finalbody):
+            self.visit(statement)
+        outer = self.in_handler
+        self.in_handler = True
+        for handler in node.handlers:
+            self.visit(handler)
+        self.in_handler = outer
+
+    visit_TryStar = visit_Try  # type: ignore[assignment]
 
     # imports -----------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
@@ -321,27 +379,33 @@ class _PythonChecker(ast.NodeVisitor):
         self._check_import(node, module)
         for a in node.names:
             if a.name == "*":
-                self._add(Reason.FORBIDDEN_IMPORT, node, f"from {module} import *", "star import")
+                self._add(Reason.FORBIDDEN_IMPORT, node, f"from {module} import *",
+                          "a star import brings in names the gate cannot resolve",
+                          f"import the names you use explicitly — {NO_SETTING}")
             elif module == "torch.utils.cpp_extension" and a.name != "load_inline":
-                self._add(Reason.FORBIDDEN_IMPORT, node, f"{module}.{a.name}", "only load_inline may be imported")
+                self._add(Reason.FORBIDDEN_IMPORT, node, f"from {module} import {a.name}",
+                          "only load_inline builds from sources the gate has read (load and the rest read files)",
+                          f"build with load_inline and literal sources — {NO_SETTING}")
             elif module in ALLOWED_IMPORTS:
                 self._check_path(node, f"{module}.{a.name}")
 
     def _check_import(self, node: ast.AST, module: str) -> None:
         if module not in ALLOWED_IMPORTS:
-            reason = IMPORT_REASONS.get(module.split(".")[0], Reason.FORBIDDEN_IMPORT)
-            self._add(reason, node, module, "import outside the allowlist")
+            root = module.split(".")[0]
+            reason = IMPORT_REASONS.get(root, Reason.FORBIDDEN_IMPORT)
+            fix = "remove the import" + (" (os.environ reads included)" if root == "os" else "")
+            self._add(reason, node, f"import {module}", "", f"{fix} — {NO_SETTING}")
 
     # definitions -------------------------------------------------------------------------------
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._check_def_name(node, node.name)
         self._visit_outside(node.args, node.decorator_list, node.returns)
-        outer = self.in_init, self.local_names
-        self.in_init = node.name == "__init__"
+        outer = self.in_init, self.function, self.in_handler, self.local_names
+        self.in_init, self.function, self.in_handler = node.name == "__init__", node.name, False
         self.local_names = _function_locals(node)
         for statement in node.body:
             self.visit(statement)
-        self.in_init, self.local_names = outer
+        self.in_init, self.function, self.in_handler, self.local_names = outer
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
@@ -364,39 +428,46 @@ class _PythonChecker(ast.NodeVisitor):
 
     def _check_def_name(self, node: ast.AST, name: str) -> None:
         if name in ("__torch_function__", "__torch_dispatch__"):
-            self._add(Reason.TENSOR_SUBCLASS, node, name, "torch dispatch override")
+            self._add(Reason.TENSOR_SUBCLASS, node, f"def {name}")
         elif _is_dunder(name) and name not in ALLOWED_DUNDERS:
-            self._add(Reason.DYNAMIC_CODE, node, name, "dunder hook definition")
+            self._add(Reason.DYNAMIC_CODE, node, f"def {name}",
+                      "a dunder method other than __init__ hooks into how Python or torch treats the object",
+                      f"give it a plain name — {NO_SETTING}")
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:
             path = self.aliases.resolve(base)
             if path in TENSOR_BASES:
-                self._add(Reason.TENSOR_SUBCLASS, node, f"class {node.name}({path})", "tensor subclass")
+                self._add(Reason.TENSOR_SUBCLASS, node, f"class {node.name}({path})")
             elif isinstance(base, ast.Name) and base.id in self.aliases.classes:
                 continue  # a class the candidate defined itself
             elif path not in ALLOWED_BASES:
                 self._add(Reason.DYNAMIC_CODE, node, f"class {node.name}({ast.unparse(base)})",
-                          "class base outside nn.Module / own classes")
+                          "a class may derive only from nn.Module, autograd.Function, object or your own classes, "
+                          "since other bases bring behaviour the gate has not read",
+                          f"derive from nn.Module — {NO_SETTING}")
         for kw in node.keywords:
-            self._add(Reason.DYNAMIC_CODE, node, f"{kw.arg}=", "class keyword (metaclass)")
+            self._add(Reason.DYNAMIC_CODE, node, f"{kw.arg}=", "a class keyword (a metaclass) changes how the class is built",
+                      f"remove the keyword — {NO_SETTING}")
         self.generic_visit(node)
 
     # names and attributes ----------------------------------------------------------------------
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in BANNED_BUILTINS and node.id not in self.aliases.names and node.id not in self.local_names:
-            self._add(BANNED_BUILTINS[node.id], node, node.id, "banned builtin")
+            self._add(BANNED_BUILTINS[node.id], node, node.id, *_builtin_text(node.id))
         elif isinstance(node.ctx, ast.Store) and _is_dunder(node.id) and node.id not in ALLOWED_DUNDERS:
             reason = Reason.TENSOR_SUBCLASS if "torch" in node.id else Reason.DYNAMIC_CODE
-            self._add(reason, node, node.id, "dunder hook assignment")
+            self._add(reason, node, f"{node.id} = ...", "assigning a dunder name installs a hook Python or torch calls",
+                      f"give it a plain name — {NO_SETTING}")
         elif isinstance(node.ctx, ast.Load) and node.id in self.aliases.names:
             self._check_path(node, self.aliases.names[node.id])
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if _is_dunder(node.attr) and node.attr not in ALLOWED_DUNDERS:
-            self._add(Reason.DYNAMIC_CODE, node, node.attr, "dunder attribute access")
+            self._add(Reason.DYNAMIC_CODE, node, ast.unparse(node), "dunder attributes reach the interpreter's internals",
+                      f"use the public attribute or function — {NO_SETTING}")
         if node.attr in BANNED_ATTRIBUTES:
-            self._add(BANNED_ATTRIBUTES[node.attr], node, node.attr, "banned attribute")
+            self._add(BANNED_ATTRIBUTES[node.attr], node, ast.unparse(node))
         path = self.aliases.resolve(node)
         if path is not None:
             self._check_path(node, path)
@@ -409,21 +480,26 @@ class _PythonChecker(ast.NodeVisitor):
             return
         behind = next((p for p in path.split(".")[1:] if p in MODULES_BEHIND_TORCH), None)
         if behind is not None:
-            self._add(MODULES_BEHIND_TORCH[behind], node, path, f"the {behind} module reached through torch")
+            self._add(MODULES_BEHIND_TORCH[behind], node, path,
+                      f"this is the {behind} module reached through torch, which the import allowlist keeps out",
+                      f"remove it — {NO_SETTING}")
             return
         for rule, reason in TORCH_PATH_RULES:
             if _matches(path, rule):
                 if reason is not None:
-                    self._add(reason, node, path, "banned torch API")
+                    self._add(reason, node, path, *_torch_api_text(reason))
                 elif not self.allow:
-                    self._add(Reason.NO_CUSTOM_KERNEL, node, path, "torch-level rewrite instead of a kernel")
+                    self._add(Reason.NO_CUSTOM_KERNEL, node, path,
+                              "torch's compiler or tracer writes the kernels instead of you", TORCH_FIX)
                 return
         if path in TORCH_PRIVATE_HELPERS:
             return      # shape arithmetic: neither private machinery nor compute
         if any(p.startswith("_") and not _is_dunder(p) for p in path.split(".")):
-            self._add(Reason.DYNAMIC_CODE, node, path, "private torch API")
+            self._add(Reason.DYNAMIC_CODE, node, path,
+                      "private torch APIs (a leading underscore) reach internals the gate does not vet",
+                      f"use the public API — {NO_SETTING}")
         elif not self.allow and not self.in_init and not self._non_compute(path):
-            self._add(Reason.NO_CUSTOM_KERNEL, node, path, "torch compute instead of a custom kernel")
+            self._torch_work(node, path, "torch compute")
 
     @staticmethod
     def _non_compute(path: str) -> bool:
@@ -438,14 +514,18 @@ class _PythonChecker(ast.NodeVisitor):
         if isinstance(func, ast.Name) and func.id in ("getattr", "setattr", "delattr", "hasattr"):
             self._check_reflection(node, func.id)
         if _is_name(func, "type") and len(node.args) == 3:
-            self._add(Reason.DYNAMIC_CODE, node, "type(name, bases, dict)", "dynamic class creation")
+            self._add(Reason.DYNAMIC_CODE, node, "type(name, bases, dict)",
+                      "creating a class at run time hides it from the gate", f"write a class statement — {NO_SETTING}")
         if isinstance(func, ast.Attribute) and not self.allow and not self.in_init:
             self._check_method(node, func)
         if self.aliases.resolve(func) == "torch.compile":
             for kw in node.keywords:
                 if kw.arg == "mode" and isinstance(kw.value, ast.Constant) and kw.value.value != "default":
                     self._add(Reason.CUDA_GRAPH, node, f"torch.compile(mode={kw.value.value!r})",
-                              "torch.compile modes other than default capture CUDA graphs")
+                              "torch.compile modes other than default capture CUDA graphs, which replay work the "
+                              "timer never sees launched",
+                              "drop the mode (torch.compile itself needs eval.allow_torch_rewrites=true) — no "
+                              "setting accepts other modes")
         self.generic_visit(node)
 
     def _check_method(self, node: ast.Call, func: ast.Attribute) -> None:
@@ -454,9 +534,9 @@ class _PythonChecker(ast.NodeVisitor):
             return  # the extension's own functions; module functions are judged by path
         name = _target_name(func)
         if name is not None and name in self.torch_layers:
-            self._add(Reason.NO_CUSTOM_KERNEL, node, name, "calls a torch layer/function held by the module")
+            self._torch_work(node, f"{name}(...)", "a torch layer or function held by the module")
         elif not _is_name(receiver, "self") and func.attr in TENSOR_COMPUTE_METHODS:
-            self._add(Reason.NO_CUSTOM_KERNEL, node, f".{func.attr}()", "tensor compute method")
+            self._torch_work(node, f".{func.attr}()", "the tensor compute method")
 
     def _check_reflection(self, node: ast.Call, fn: str) -> None:
         if len(node.args) < 2:
@@ -466,12 +546,15 @@ class _PythonChecker(ast.NodeVisitor):
         if path is not None:
             self._check_path(node, path)
         if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
-            self._add(Reason.DYNAMIC_CODE, node, f"{fn}(..., <non-literal>)", "reflection with a computed name")
+            self._add(Reason.DYNAMIC_CODE, node, f"{fn}(..., <non-literal>)",
+                      "reflection with a computed name reaches attributes the gate cannot see",
+                      f"use a literal attribute name — {NO_SETTING}")
         elif _is_dunder(name.value):
-            self._add(Reason.DYNAMIC_CODE, node, f"{fn}(..., {name.value!r})", "reflection on a dunder")
+            self._add(Reason.DYNAMIC_CODE, node, f"{fn}(..., {name.value!r})",
+                      "dunder attributes reach the interpreter's internals",
+                      f"use the public attribute or function — {NO_SETTING}")
         elif fn in ("setattr", "delattr") and self._foreign_root(node.args[0]):
-            self._add(Reason.MONKEYPATCH, node, f"{fn}({ast.unparse(node.args[0])}, {name.value!r})",
-                      "modifies an object the candidate did not create")
+            self._add(Reason.MONKEYPATCH, node, f"{fn}({ast.unparse(node.args[0])}, {name.value!r})")
 
     def _foreign_root(self, node: ast.AST) -> bool:
         """The Name at the root of an attribute/subscript chain is an import or a builtin."""
@@ -486,8 +569,7 @@ class _PythonChecker(ast.NodeVisitor):
             if isinstance(target, (ast.Tuple, ast.List)):
                 self._check_targets(list(target.elts), None)
             elif isinstance(target, (ast.Attribute, ast.Subscript)) and self._foreign_root(target):
-                self._add(Reason.MONKEYPATCH, target, ast.unparse(target),
-                          "assigns into an object the candidate did not create")
+                self._add(Reason.MONKEYPATCH, target, f"{ast.unparse(target)} = ...")
             name = _target_name(target)
             if value is not None and name is not None and name.startswith("self."):
                 self._track_layer(name, value)
@@ -509,7 +591,7 @@ class _PythonChecker(ast.NodeVisitor):
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._check_targets([node.target], None)
         if isinstance(node.op, ast.MatMult) and not self.allow and not self.in_init:
-            self._add(Reason.NO_CUSTOM_KERNEL, node, "@=", "matmul operator")
+            self._torch_work(node, "@=", "the matmul operator")
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -522,7 +604,7 @@ class _PythonChecker(ast.NodeVisitor):
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.MatMult) and not self.allow and not self.in_init:
-            self._add(Reason.NO_CUSTOM_KERNEL, node, "@", "matmul operator")
+            self._torch_work(node, ast.unparse(node), "the matmul operator")
         self.generic_visit(node)
 
 
@@ -690,17 +772,19 @@ def _native_sources(tree: ast.Module, aliases: _Aliases) -> tuple[list[_Native],
                 continue
             texts = _literal_strings(args[name], constants)
             if texts is None:
-                findings.append(Finding(Reason.DYNAMIC_CODE, name, node.lineno, "python",
-                                        "load_inline sources must be string literals, or names the module or "
-                                        "the calling function assigns a literal once, or an attribute "
-                                        "its class sets to a literal once"))
+                findings.append(Finding(Reason.DYNAMIC_CODE, f"{name}={ast.unparse(args[name])}"[:80], node.lineno,
+                                        "python", "the gate scans only load_inline sources it can read in the file",
+                                        "pass string literals, or a name the module or the calling function "
+                                        "assigns a literal once, or an attribute its class sets to a literal once "
+                                        f"— {NO_SETTING}"))
                 continue
             line = getattr(args[name], "lineno", node.lineno)
             natives += [_Native(name, i, t, line) for i, t in enumerate(texts)]
         findings += _check_flags(node, args, constants)
         if "build_directory" in args:
-            findings.append(Finding(Reason.FILE_ACCESS, "build_directory", node.lineno, "python",
-                                    "the evaluator chooses where extensions are built"))
+            findings.append(Finding(Reason.FILE_ACCESS, "build_directory=", node.lineno, "python",
+                                    "the evaluator chooses where extensions are built",
+                                    f"remove build_directory — {NO_SETTING}"))
     return natives, findings
 
 
@@ -716,14 +800,19 @@ def _check_flags(node: ast.Call, args: dict[str, ast.expr], constants: dict[str,
             continue
         flags = _literal_strings(args[kw], constants)
         if flags is None:
-            return [Finding(Reason.DYNAMIC_CODE, kw, node.lineno, "python", "non-literal compiler or link flags")]
+            return [Finding(Reason.DYNAMIC_CODE, f"{kw}=", node.lineno, "python",
+                            "the gate checks only flags it can read in the file",
+                            f"pass a literal list of flags — {NO_SETTING}")]
         values[kw] = flags
     blas = [f for f in values["extra_ldflags"] if any(lib in f.lower() for lib in _BLAS_LIBS)]
     if blas:
-        return [Finding(Reason.NO_CUSTOM_KERNEL, blas[0], node.lineno, "python", "links a BLAS/DNN library")]
+        return [Finding(Reason.NO_CUSTOM_KERNEL, blas[0], node.lineno, "python",
+                        "a linked BLAS/DNN library would do the work instead of your kernel",
+                        "drop the library from extra_ldflags — no setting accepts linking it (with "
+                        "eval.allow_torch_rewrites=true, call torch's own ops instead)")]
     refused = check_flags(*(values[kw] for kw in _FLAG_KWARGS))
     if refused is not None:
-        return [Finding(Reason.FORBIDDEN_FLAG, "flags", node.lineno, "python", refused)]
+        return [Finding(Reason.FORBIDDEN_FLAG, refused, node.lineno, "python")]
     return []
 
 

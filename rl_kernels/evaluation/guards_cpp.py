@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.evaluation.refusals import NO_SETTING, REASON_TEXT, finding_line
 
 NativeBackend = Literal["cpu", "cuda"]
 
@@ -176,16 +177,18 @@ REASON_PRIORITY: tuple[Reason, ...] = (
 
 @dataclass(frozen=True)
 class Finding:
-    """One offending construct: the reason, the text that matched, where, and why it is banned."""
+    """One offending construct: the reason, the text that matched, where, why it is banned and what to
+    do instead (empty `why`/`fix`: the reason's sentence in `refusals.REASON_TEXT`)."""
 
     reason: Reason
     token: str
     line: int
     where: str
-    why: str
+    why: str = ""
+    fix: str = ""
 
     def describe(self) -> str:
-        return f"{self.why}: `{self.token}` at {self.where} line {self.line}"
+        return finding_line(self.reason, self.line, self.where, self.token, self.why, self.fix)
 
 
 def blank_literals(code: str) -> tuple[str, list[tuple[int, str]]]:
@@ -268,18 +271,18 @@ def _scan_banned(code: str, lines: _Lines, where: str, allow_torch_ops: bool) ->
     for reason, patterns in NATIVE_BANNED.items():
         for pattern in patterns:
             for m in re.finditer(pattern, code):
-                found.append(Finding(reason, m.group(0).strip(), lines(m.start()), where,
-                                     f"{reason.value.replace('_', ' ')} construct"))
+                found.append(Finding(reason, m.group(0).strip(), lines(m.start()), where))
     for m in _INTERPOSED_SYMBOL.finditer(code):
         found.append(Finding(Reason.MONKEYPATCH, m.group(1), lines(m.start()), where,
-                             "defines a CUDA runtime/timing symbol (would shadow the real one)"))
+                             "a definition of a CUDA runtime or timing symbol would shadow the real one the timer "
+                             "calls", f"rename your function — {NO_SETTING}"))
     if not allow_torch_ops:
         found += _scan_torch_compute(code, lines, where)
     return found
 
 
 def _scan_torch_compute(code: str, lines: _Lines, where: str) -> list[Finding]:
-    why = "torch/library compute instead of a custom kernel"
+    why = "torch, ATen, cuBLAS or cuDNN does the work inside the extension instead of your kernel"
     found = [Finding(Reason.NO_CUSTOM_KERNEL, m.group(0), lines(m.start()), where, why)
              for pattern in NATIVE_TORCH_COMPUTE for m in re.finditer(pattern, code)]
     for m in _TORCH_NS_CALL.finditer(code):
@@ -295,15 +298,19 @@ def _scan_torch_compute(code: str, lines: _Lines, where: str) -> list[Finding]:
 
 def _scan_raw(original: str, literals: list[tuple[int, str]], lines: _Lines, where: str) -> list[Finding]:
     """Checks that need literal contents: asm syscalls, system paths, absolute includes."""
-    found = [Finding(Reason.PROCESS_SPAWN, m.group(1), lines(m.start()), where, "raw syscall in inline asm")
+    found = [Finding(Reason.PROCESS_SPAWN, m.group(1), lines(m.start()), where,
+                     "a raw system call in inline asm bypasses every library the sandbox vets")
              for m in _ASM_SYSCALL.finditer(original)]
-    found += [Finding(Reason.FILE_ACCESS, m.group(1), lines(m.start()), where, "include outside the build")
+    found += [Finding(Reason.FILE_ACCESS, m.group(1), lines(m.start()), where,
+                      "an include by absolute or parent path reads files outside the build",
+                      f"include headers by name (<...>) or paste the code in — {NO_SETTING}")
               for m in _INCLUDE_PATH.finditer(original)]
     for start, text in literals:
         for m in _SUSPICIOUS_PATHS.finditer(text):
             reason = Reason.MONKEYPATCH if m.group(1) == "LD_PRELOAD" else Reason.FILE_ACCESS
             found.append(Finding(reason, m.group(1), lines(start + m.start()), where,
-                                 "system path in a string literal"))
+                                 "a system path or LD_PRELOAD in a string reaches outside the build",
+                                 f"remove the string — {NO_SETTING}"))
     return found
 
 
@@ -340,8 +347,7 @@ def _scan_persistent_state(code: str, lines: _Lines, where: str) -> list[Finding
         decl = m.group(1)
         if _STATIC_EXEMPT.search(decl) or _is_const_object(decl):
             continue  # const tables, constexpr sizes, __shared__ buffers
-        found.append(Finding(Reason.STALE_OUTPUT, f"static{decl}".strip(), lines(m.start()), where,
-                             "mutable function-local static persists state across calls"))
+        found.append(Finding(Reason.STALE_OUTPUT, f"static{decl}".strip(), lines(m.start()), where))
     return found
 
 
@@ -389,9 +395,10 @@ def _scan_pasted(code: str, blanked: str, lines: _Lines, where: str, allow_torch
     expanded = expand_own_macros(code)
     if expanded is None:
         return [Finding(Reason.DYNAMIC_CODE, "##", lines(first), where,
-                        "token pasting that the preprocessor could not expand here (it builds identifiers the scan cannot see)")]
+                        "token pasting builds identifiers the scan cannot see, and the preprocessor here could "
+                        "not expand it", f"write the identifiers out — {NO_SETTING}")]
     text, _ = blank_literals(expanded)
-    return [Finding(f.reason, f.token, lines(first), where, f"{f.why} (built by a macro)")
+    return [Finding(f.reason, f.token, lines(first), where, f"built by a macro: {f.why or REASON_TEXT[f.reason][0]}", f.fix)
             for f in _scan_banned(text, _Lines(text), where, allow_torch_ops)]
 
 
@@ -437,9 +444,13 @@ def hgemm_entry_diagnosis(code: str) -> str:
     return f"{want}; found {'; '.join(close[:4])}"
 
 
-def first_by_priority(findings: list[Finding]) -> Finding | None:
-    """The finding that names the rejection: most dangerous reason first, then earliest line."""
-    if not findings:
-        return None
+def by_priority(findings: list[Finding]) -> list[Finding]:
+    """Findings in the order a refusal lists them: most dangerous reason first, then earliest line."""
     rank = {r: i for i, r in enumerate(REASON_PRIORITY)}
-    return min(findings, key=lambda f: (rank.get(f.reason, len(rank)), f.where, f.line))
+    return sorted(findings, key=lambda f: (rank.get(f.reason, len(rank)), f.where, f.line))
+
+
+def first_by_priority(findings: list[Finding]) -> Finding | None:
+    """The finding that names the rejection (its reason is the refusal's code)."""
+    ordered = by_priority(findings)
+    return ordered[0] if ordered else None
