@@ -12,7 +12,9 @@ slope of the correct kernels' ln(speedup) over policy versions, per task and poo
 (each task's own mean taken out, so a run that writes more kernels for an easy task does not read
 as a rise), per 10 versions, with its standard error. `--leave-out` names groups
 (ids or their prefixes, e.g. g000013) whose measurements are known to be disturbed: their rows stay
-in the first table, marked, and they count in neither summary.
+in the first table, marked, and they count in neither summary. In the summaries a correct kernel
+is one that passed every gate with a believed speed (`archive.passed_every_gate`); a flagged or
+unsettled speed shows in the first table, marked `flagged`, and counts in no summary.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from rl_kernels.archive import passed_every_gate  # noqa: E402
 from rl_kernels.trajectories import Group, Trajectory, read_groups  # noqa: E402
 
 _NAME = re.compile(r"name\s*=\s*[\"']([A-Za-z0-9_]+)[\"']")
@@ -49,16 +52,17 @@ def program(task_id: str, source: str | None) -> str:
 def outcome(t: Trajectory) -> str:
     m = t.measurement
     if m is not None and m.correct and m.speedup is not None:
-        return f"{m.speedup:.2f}x"
+        return f"{m.speedup:.2f}x" + ("" if passed_every_gate(m) else " flagged")
     if m is not None and m.rejected:
         return m.rejected
     return (t.detail or "no code").split(":")[0].split()[0]
 
 
 def ln_speedup(t: Trajectory) -> float | None:
-    """ln(speedup) of a correct kernel that was timed; None for any other completion."""
+    """ln(speedup) of a kernel that passed every gate with a believed speed (`passed_every_gate`);
+    None for any other completion, so a kernel that games its timing never reads as a rise."""
     m = t.measurement
-    return math.log(m.speedup) if m is not None and m.correct and m.speedup else None
+    return math.log(m.speedup) if m is not None and passed_every_gate(m) else None
 
 
 def group_row(g: Group) -> str:

@@ -5,8 +5,8 @@ processes, maybe other threads of one actor) read exemplars from it, so it runs 
 never block the writer), every write is one short ``BEGIN IMMEDIATE`` transaction, and a busy
 timeout makes concurrent writers wait instead of failing.
 
-Only kernels that passed every gate enter: anything else would teach the policy from a hack or a
-wrong answer.  A kernel is identified by the sha256 of its normalised source per (task, backend), so
+Only kernels that passed every gate with a believed speed enter (`passed_every_gate`): anything else
+would teach the policy from a hack, a wrong answer or a speed its own erratic timing inflated.  A kernel is identified by the sha256 of its normalised source per (task, backend), so
 a policy that re-emits the same kernel does not flood the exemplars; the re-submission is counted
 and the best measurement of it is kept.
 """
@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_kernels.evaluation.reward import untrusted_speed
 from rl_kernels.types import Measurement
 
 SCHEMA_VERSION = 1
@@ -126,9 +127,16 @@ def source_sha256(source: str) -> str:
     return hashlib.sha256(normalise_source(source).encode()).hexdigest()
 
 
+def speed_believed(m: Measurement) -> bool:
+    """Neither flagged (implausibly fast) nor untrusted (unsettled timing, drifted baseline): only a
+    believed speed may rank a kernel, or a kernel that games its timing would rank above honest ones."""
+    return m.flagged is None and not untrusted_speed(m)
+
+
 def passed_every_gate(m: Measurement) -> bool:
-    """Compiled, correct, not rejected, not flagged, with a finite positive speedup."""
-    return (m.compiled and m.correct and m.rejected is None and m.flagged is None
+    """Compiled, correct, not rejected, with a believed, finite, positive speedup: the one test of
+    everything that ranks kernels by speed (archive, exemplars, export, report, compare, held-out)."""
+    return (m.compiled and m.correct and m.rejected is None and speed_believed(m)
             and m.speedup is not None and math.isfinite(m.speedup) and m.speedup > 0)
 
 

@@ -5,20 +5,22 @@ with a percentile bootstrap interval, so a reviewer can tell a gain from the noi
 Per cell (the completions of one task under one version, all from one prompt and one seed):
 
   completions, parse / compile / correct rates   over all completions
-  fast_p     share of ALL completions that passed every gate (archive.passed_every_gate: a flagged
-             speedup is not believed) at >= p times the task's reference baseline (the first one
-             configured for its kind: eager for module tasks)
+  fast_p     share of ALL completions that passed every gate (archive.passed_every_gate: a
+             flagged or untrusted speedup is not believed) at >= p times the task's reference
+             baseline (the first one configured for its kind: eager for module tasks)
   geomean    per baseline: the geometric mean speedup of the kernels that passed every gate;
              undefined (None) when none did
+  flagged    correct kernels whose speed was not believed (`archive.speed_believed`): counted
+             here, in neither fast_p nor the geomeans
   collapsed  a later version wrote no correct kernel where the first version wrote some
 
 A kernel's speedup against baseline b: the evaluator times the candidate interleaved with one
 baseline (`Measurement.baseline`, the fastest by default) and measures every configured baseline
 once per task (`Measurement.baselines_ms`), so speedup_b = speedup * baselines_ms[b] /
-baselines_ms[baseline]: the interleaved pair stays the anchor. A speed the evaluator did not trust
-(unsettled timing, a drifted baseline: `reward.untrusted_speed`) counts as measured, and each cell
-says how many it holds: capping it at 1x, as the reward does, would bias whichever version drew the
-noisy timings (two versions' identical kernels read 7.8x and, capped, 1.0x on a busy 2-core host).
+baselines_ms[baseline]: the interleaved pair stays the anchor. A speed the evaluator did not believe
+(above the ceiling, unsettled timing, a drifted baseline) counts in no speed figure: a kernel that
+makes its own timing erratic would otherwise lift its version's geomean. A host noisy enough to
+flag many honest kernels shows as a large `flagged` count in the cells of the version it hit.
 
 Pooled per version and baseline: exp(mean over tasks of the task's mean ln speedup), every task
 weighing the same, over the tasks with a kernel against that baseline in every compared version (a
@@ -43,9 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from rl_kernels.archive import passed_every_gate, source_sha256
+from rl_kernels.archive import passed_every_gate, source_sha256, speed_believed
 from rl_kernels.config import BaselineConfig, CompareConfig
-from rl_kernels.evaluation.reward import untrusted_speed
 from rl_kernels.types import Measurement, Task
 
 Interval = dict[str, Any]   # {"value": point estimate or None, "low": ..., "high": ..., ["defined": share]}
@@ -64,7 +65,7 @@ class Outcome:
     compiled: bool
     correct: bool
     speedups: dict[str, float] = field(default_factory=dict)   # baseline -> speedup; only when it passed every gate
-    untrusted: bool = False      # passed every gate, but its timing never settled or its baseline drifted
+    flagged: bool = False        # correct, but its speed was not believed (so it has no speedups)
 
 
 def speedups_of(m: Measurement) -> dict[str, float]:
@@ -83,7 +84,12 @@ def outcome_of(task_id: str, version: int, index: int, source: str | None, parse
         return Outcome(task_id, version, index, None, parse_reason or "no_code", False, False, False)
     reason = m.rejected or ("flagged" if m.flagged else "correct" if m.correct else "incorrect")
     return Outcome(task_id, version, index, source_sha256(source)[:12], reason, True, m.compiled, m.correct,
-                   speedups_of(m), bool(passed_every_gate(m) and untrusted_speed(m)))
+                   speedups_of(m), flagged_speed(m))
+
+
+def flagged_speed(m: Measurement) -> bool:
+    """Correct and not rejected, but with a speed the evaluator did not believe."""
+    return m.correct and m.rejected is None and not speed_believed(m)
 
 
 def task_baselines(task: Task, cfg: BaselineConfig) -> list[str]:
@@ -172,7 +178,7 @@ def _cell_figures(c: _Cell, first: _Cell | None, cfg: CompareConfig) -> dict[str
             "compiled": c.count("compiled"), "correct": c.count("correct"),
             "parse_rate": _rate(c.count("parsed"), c.n), "compile_rate": _rate(c.count("compiled"), c.n),
             "correct_rate": rates.pop("correct"), **rates, "reference": c.reference, "geomean": geomean,
-            "untrusted": sum(o.untrusted for o in c.outcomes), "outcomes": reasons,
+            "flagged": sum(o.flagged for o in c.outcomes), "outcomes": reasons,
             "collapsed": first is not None and c.count("correct") == 0 and first.count("correct") > 0}
 
 
@@ -202,6 +208,7 @@ def _pooled(cells: dict[tuple[str, int], _Cell], tasks: list[str], versions: lis
                                                                   "tasks": []})
                    for b in baselines}
         pooled.append({"version": v, "tasks": len(tasks), "completions": n,
+                       "flagged": sum(o.flagged for c in mine for o in c.outcomes),
                        "parse_rate": _rate(sum(c.count("parsed") for c in mine), n),
                        "compile_rate": _rate(sum(c.count("compiled") for c in mine), n),
                        "correct_rate": rates.pop("correct"), **rates, "geomean": geomean})

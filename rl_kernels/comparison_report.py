@@ -48,7 +48,8 @@ def cell_line(task: str, version: int, outcomes: list[Outcome], reference: str, 
     for o in outcomes:
         reasons[o.reason] = reasons.get(o.reason, 0) + 1
     return (f"compare {task} v{version}: {n} completions, {sum(o.parsed for o in outcomes)} parsed, "
-            f"{sum(o.compiled for o in outcomes)} compiled, {sum(o.correct for o in outcomes)} correct; {fast}; "
+            f"{sum(o.compiled for o in outcomes)} compiled, {sum(o.correct for o in outcomes)} correct, "
+            f"{sum(o.flagged for o in outcomes)} flagged; {fast}; "
             f"{geo}; outcomes {reasons} ({seconds:.0f} s)")
 
 
@@ -65,10 +66,11 @@ def ratio_line(r: dict[str, Any]) -> str:
 
 
 def markdown_table(s: dict[str, Any]) -> str:
-    """One row per task x version, the pooled row per version, then the ratio lines."""
+    """One row per task x version, the pooled row per version, then the ratio lines; `flagged`
+    counts the correct kernels whose speed was not believed (in no speed column)."""
     fasts = [fast_key(p) for p in s["fast_thresholds"]]
     level = f"{s['confidence']:.0%}"
-    head = (["task", "version", "completions", "parse", "compile", f"correct [{level}]"]
+    head = (["task", "version", "completions", "parse", "compile", f"correct [{level}]", "flagged"]
             + [f"{k} [{level}]" for k in fasts] + [f"geomean vs {b} [{level}]" for b in s["baselines"]] + ["note"])
     rows = []
     for c in s["cells"]:
@@ -77,15 +79,15 @@ def markdown_table(s: dict[str, Any]) -> str:
             notes.append("no completions (the generator failed)")
         elif all(g["value"] is None for g in c["geomean"].values()):
             notes.append("no kernel passed: geomean undefined")
-        if c["untrusted"]:
-            notes.append(f"{c['untrusted']} speed(s) the evaluator did not trust (unsettled or drifted)")
         rows.append([c["task"], f"v{c['version']}", str(c["completions"]), _plain(c["parse_rate"]),
-                     _plain(c["compile_rate"]), _share(c["correct_rate"])] + [_share(c[k]) for k in fasts]
+                     _plain(c["compile_rate"]), _share(c["correct_rate"]), str(c["flagged"])]
+                    + [_share(c[k]) for k in fasts]
                     + [_x(c["geomean"][b]) for b in s["baselines"]] + ["; ".join(notes)])
     for p in s["pooled"]:
         geo = [_x(g) + (f" over {len(g['tasks'])}" if g["tasks"] else "") for g in map(p["geomean"].get, s["baselines"])]
         rows.append([f"**pooled** ({p['tasks']} tasks)", f"v{p['version']}", str(p["completions"]),
-                     _plain(p["parse_rate"]), _plain(p["compile_rate"]), _share(p["correct_rate"])]
+                     _plain(p["parse_rate"]), _plain(p["compile_rate"]), _share(p["correct_rate"]),
+                     str(p["flagged"])]
                     + [_share(p[k]) for k in fasts] + geo + [""])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]

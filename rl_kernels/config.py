@@ -385,12 +385,14 @@ class RewardConfig(_Strict):
     max_spread: dict[str, float] = Field(default_factory=lambda: {"cuda": 0.15, "cpu": 1.0}, description=(
         "Per backend: an evaluation whose candidate or baseline samples spread (IQR/median) more than "
         "this is re-measured (remeasure_attempts times); still above, it is `unstable_measurement` and "
-        "earns at most a 1x kernel's reward (its speed may count against it, never for it). Lower demands "
+        "earns at most the reward of its slowest sample pair, never above a 1x kernel's (its speed may count "
+        "against it, never for it). Lower demands "
         "steadier timers (more re-measurements), higher lets timing noise through to the advantages"))
     baseline_drift: dict[str, float] = Field(default_factory=lambda: {"cuda": 1.5, "cpu": 2.0}, description=(
         "Per backend: an evaluation whose baseline median is more than this factor off (either way) the "
         "median of that baseline's record on this device is re-measured (remeasure_attempts times); still off, "
-        "it is `baseline_drift` and earns at most a 1x kernel's reward. Lower catches "
+        "it is `baseline_drift` and earns at most the reward of its slowest speed (sample pairs, or against the "
+        "record), never above a 1x kernel's. Lower catches "
         "smaller disturbances of the host (and re-measures more often), higher lets more of a loaded host's "
         "uneven slowdown through as speedup"))
     baseline_record_keep: int = Field(9, ge=1, description=(
@@ -495,9 +497,12 @@ class EvalConfig(_Strict):
         "constant output, or one that ignores an input) as `degenerate_task`, since such a task rewards "
         "kernels that skip the work; false evaluates those tasks anyway"))
     allow_torch_rewrites: bool = Field(False, description=(
-        "treat every task as allowing torch-level rewrites (as a task's ALLOW_TORCH_OPS does): torch ops pass "
-        "the static gate and the build, and neither the dispatch audit nor the launch evidence runs; for "
-        "KernelBench-style torch rewrites, at the price of rewarding torch's own kernels"))
+        "treat every task as allowing torch-level rewrites (as a task's ALLOW_TORCH_OPS does): torch ops "
+        "(compute in forward, torch.compile, ATen/cuBLAS calls in the extension) pass the static gate and the "
+        "build, and neither the dispatch audit nor the launch evidence runs; the candidate must still build at "
+        "least one load_inline extension (a ModelNew of torch ops alone is refused `malformed` at the build), "
+        "and the import, sandbox, stream, graph and flag rules stay; for KernelBench-style rewrites that mix "
+        "torch ops with a kernel, at the price of rewarding torch's own kernels"))
     shared_device: bool = Field(False, description=(
         "the timed device is shared with other work (single-GPU smoke runs, the cpu default): allows a "
         "generator on a fraction of the timer's GPU (the timer gets what generator and learner leave), and "

@@ -399,6 +399,7 @@ class Evaluator:
         ratios = [b / c for b, c in zip(base, cand) if c > 0]
         m.speedup = m.baseline_ms / m.candidate_ms if m.candidate_ms > 0 else float("inf")
         m.noise = rel_spread(ratios)
+        self._keep_slowest(m, ratios)
         m.max_abs_err, m.rel_norm_err = p.get("max_abs_err"), p.get("rel_norm_err")
         m.sm_clock_mhz = p.get("sm_clock_mhz")
         m.extra.update(pool_sets=p.get("pool_sets"), rechecked=p.get("rechecked"),
@@ -423,6 +424,13 @@ class Evaluator:
         m.extra["noise_floor"] = noise_floor(m.noise, m.samples, self.cfg.reward)
         m.reward = measurement_reward(m, self.cfg.reward)
 
+    @staticmethod
+    def _keep_slowest(m: Measurement, ratios: list[float]) -> None:
+        """The slowest pair of samples over every measurement of this evaluation: what an untrusted
+        speed is paid at most (`reward.untrusted_speed_reward`), so re-measuring cannot hide it."""
+        if ratios:
+            m.extra["slowest_speedup"] = min(ratios + [m.extra.get("slowest_speedup", math.inf)])
+
     def _roofline_ms(self, task: Task, m: Measurement) -> float | None:
         if task.kind != "hgemm" or task.hgemm is None or self.cfg.timing.mode != "kernel":
             return None
@@ -434,13 +442,15 @@ class Evaluator:
         return max(m.candidate_spread or 0.0, m.baseline_spread or 0.0) > limit
 
     def _mark_unstable(self, m: Measurement) -> None:
-        """Reported with both spreads; paid at most as a 1x kernel (`measurement_reward`)."""
+        """Reported with both spreads; paid at most as its slowest sample, never above 1x
+        (`reward.untrusted_speed_reward`)."""
         limit = self.cfg.reward.max_spread[self.cfg.backend]
         m.extra["unstable_measurement"] = {"candidate_spread": m.candidate_spread,
                                            "baseline_spread": m.baseline_spread, "max_spread": limit}
         m.detail = (f"{Reason.UNSTABLE_MEASUREMENT.value}: spread {m.candidate_spread:.3f} (candidate) and "
                     f"{m.baseline_spread:.3f} (baseline {m.baseline}) above {limit} after "
-                    f"{m.extra.get('remeasured', 0)} re-measurement(s); paid at most as a 1x kernel")
+                    f"{m.extra.get('remeasured', 0)} re-measurement(s); paid at most as its slowest sample, "
+                    "never above 1x")
         m.reward = measurement_reward(m, self.cfg.reward)
 
     def _drifted(self, m: Measurement, record: BaselineRecord) -> bool:
@@ -453,8 +463,8 @@ class Evaluator:
         return (record.drift(m.baseline, m.baseline_ms) or 1.0) > limit
 
     def _mark_drifted(self, m: Measurement, record: BaselineRecord) -> None:
-        """Reported with both medians (the reference as `_drifted` last found it); paid at most as a
-        1x kernel (`measurement_reward`)."""
+        """Reported with both medians (the reference as `_drifted` last found it); paid at most as its
+        slowest speed, never above 1x (`reward.untrusted_speed_reward`)."""
         reference = m.extra["baseline_reference_ms"]
         limit = self.cfg.reward.baseline_drift[self.cfg.backend]
         m.extra["baseline_drift"] = {"baseline_ms": m.baseline_ms, "reference_ms": reference, "limit": limit,
@@ -463,7 +473,7 @@ class Evaluator:
                     f"its usual {reference:.4f} ms on this device (median of {len(record.ms[m.baseline])} "
                     f"evaluations and baseline jobs; limit {limit}x either way) after "
                     f"{m.extra.get('remeasured', 0)} re-measurement(s): the host was disturbed during this "
-                    "evaluation, so its speedup is not trusted; paid at most as a 1x kernel")
+                    "evaluation, so its speedup is not trusted; paid at most as its slowest speed, never above 1x")
         m.reward = measurement_reward(m, self.cfg.reward)
 
     def _suspicious(self, m: Measurement, task: Task) -> bool:
@@ -491,7 +501,10 @@ class Evaluator:
         from rl_kernels.tasks.hygiene import check_task_hygiene
 
         report = check_task_hygiene(task, cache_dir=self.cache_dir / "hygiene")
-        return "; ".join(report.reasons) if report.degenerate else ""
+        if not report.degenerate:
+            return ""
+        return (f"the task is degenerate ({'; '.join(report.reasons)}) — its output rewards kernels that skip the "
+                "work; fix the task, or set eval.exclude_degenerate=false to evaluate it anyway")
 
 
 def summarize(measurements: list[Measurement]) -> dict[str, Any]:

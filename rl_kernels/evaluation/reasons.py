@@ -48,8 +48,8 @@ class Reason(str, Enum):
     # timing
     ASYNC_ESCAPE = "async_escape"                # work escaped the timed region (side stream, deferral)
     TIMER_PATCHED = "timer_patched"
-    UNSTABLE_MEASUREMENT = "unstable_measurement"   # correct, timing never settled (paid as 1x at most)
-    BASELINE_DRIFT = "baseline_drift"   # correct, baseline far off its record (paid as 1x at most)
+    UNSTABLE_MEASUREMENT = "unstable_measurement"   # correct, timing never settled (paid as its slowest, 1x at most)
+    BASELINE_DRIFT = "baseline_drift"   # correct, baseline far off its record (paid as its slowest, 1x at most)
     FASTER_THAN_ROOFLINE = "faster_than_roofline"
     # task
     DEGENERATE_TASK = "degenerate_task"

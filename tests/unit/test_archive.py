@@ -54,6 +54,22 @@ def test_only_kernels_that_passed_every_gate_enter(archive: KernelArchive, failu
     assert archive.count() == 0 and archive.tasks() == [] and archive.best(TASK, "cpu") is None
 
 
+@pytest.mark.parametrize("untrusted", [{"unstable_measurement": {"candidate_spread": 1.4}},
+                                       {"baseline_drift": {"baseline_ms": 4.0, "reference_ms": 1.0}}])
+def test_an_untrusted_speed_is_never_best_nor_an_exemplar(archive: KernelArchive, untrusted: dict) -> None:
+    """A slow kernel that makes its timing erratic reads 9x: it must not outrank honest kernels."""
+    for i, speedup in enumerate((1.1, 1.3, 1.6)):
+        archive.add(TASK, kernel_src(i), verified(speedup), policy_version=0, backend="cpu")
+    gamed = dataclasses.replace(verified(9.0), extra=untrusted)
+    assert archive.add(TASK, kernel_src(9), gamed, policy_version=1, backend="cpu") is False
+    best = archive.best(TASK, "cpu")
+    assert best is not None and best.speedup == 1.6
+    assert [row["best_speedup"] for row in archive.summary()] == [1.6]
+    exemplars = archive.sample_exemplars(TASK, "cpu", 3, random.Random(0), num_buckets=3, tau=0.1)
+    assert source_sha256(kernel_src(9)) not in {k.sha256 for k in exemplars}
+    assert archive.count() == 3
+
+
 def test_flagged_kernels_go_to_the_review_list_not_the_archive(archive: KernelArchive) -> None:
     flag = "speedup 25.00x above the ceiling 10.0x after 1 independent re-measurement(s)"
     m = dataclasses.replace(verified(25.0), flagged=flag, reward=0.0)

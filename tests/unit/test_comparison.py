@@ -41,9 +41,11 @@ def test_speedups_against_every_baseline_anchor_on_the_timed_pair() -> None:
     # timed against compile (the faster baseline, 0.5 ms): 1.0x; eager took 1.0 ms, so 2.0x against it
     m = _m(1.0, baseline="compile", baselines={"eager": 1.0, "compile": 0.5})
     assert speedups_of(m) == pytest.approx({"eager": 2.0, "compile": 1.0})
-    assert speedups_of(_m(3.0, untrusted=True)) == {"eager": 3.0}        # counted as measured, and said
-    assert outcome_of("a", 0, 0, "src", None, _m(3.0, untrusted=True)).untrusted
-    assert speedups_of(_m(3.0, flagged="above the ceiling")) == {}       # a flagged speedup is not believed
+    assert speedups_of(_m(3.0, untrusted=True)) == {}                    # an unsettled speed is not believed
+    assert outcome_of("a", 0, 0, "src", None, _m(3.0, untrusted=True)).flagged
+    assert speedups_of(_m(3.0, flagged="above the ceiling")) == {}       # nor an implausible one
+    assert outcome_of("a", 0, 0, "src", None, _m(3.0, flagged="above the ceiling")).flagged
+    assert not outcome_of("a", 0, 0, "src", None, _m(3.0)).flagged
     assert speedups_of(_m(rejected="incorrect")) == {}
 
 
@@ -70,6 +72,21 @@ def test_rates_fast_p_and_geomeans_per_cell() -> None:
     # every completion's outcome is in the JSON, with its speedups
     assert len(s["outcomes"]) == 9 and s["outcomes"][0]["speedups"] == pytest.approx({"eager": 2.0, "compile": 1.0})
     assert s["outcomes"][0]["kernel"] == source_sha256("kernel 0")[:12] and s["outcomes"][3]["kernel"] is None
+
+
+def test_a_flagged_speed_counts_in_no_geomean_nor_fast_p_but_in_its_own_column() -> None:
+    """A slow kernel that makes its timing erratic reads 8x: it must not lift its version."""
+    v0 = _cell("a", 0, _m(1.0), _m(1.0))
+    v1 = _cell("a", 1, _m(1.0), _m(8.0, untrusted=True), _m(9.0, flagged="speedup above the ceiling"))
+    s = compare_outcomes(v0 + v1, ["a"], [0, 1], {"a": ["eager"]}, CFG)
+    c0, c1 = s["cells"]
+    assert c1["geomean"]["eager"]["value"] == pytest.approx(1.0) and c1["geomean"]["eager"]["kernels"] == 1
+    assert c1["fast_1.2"]["value"] == 0.0 and c1["correct"] == 3
+    assert (c0["flagged"], c1["flagged"]) == (0, 2)
+    assert [p["flagged"] for p in s["pooled"]] == [0, 2]
+    assert s["ratios"][0]["value"] == pytest.approx(1.0)
+    table = markdown_table(s)
+    assert "| flagged |" in table.splitlines()[0] and "| 2 |" in table
 
 
 def test_pooled_geomean_weighs_tasks_equally_and_the_ratio_compares_versions() -> None:

@@ -6,8 +6,9 @@ import math
 import pytest
 
 from rl_kernels.config import RewardConfig, RooflineConfig
-from rl_kernels.evaluation.reward import (correct_reward, measurement_reward, noise_floor, shrink_log_speedup,
-                                         split_training_reward, training_reward)
+from rl_kernels.evaluation.evaluator import Evaluator
+from rl_kernels.evaluation.reward import (UNTRUSTED_SPEED_FLAGS, correct_reward, measurement_reward, noise_floor,
+                                         shrink_log_speedup, split_training_reward, training_reward)
 from rl_kernels.evaluation.roofline import device_peaks, min_time_ms
 from rl_kernels.types import Measurement
 
@@ -71,6 +72,55 @@ def test_an_untrusted_speed_counts_against_a_kernel_never_for_it(untrusted: dict
     assert measurement_reward(slow, cfg) == pytest.approx(correct_reward(0.3, cfg))
     assert correct_reward(0.3, cfg) < cfg.correct_base
     assert measurement_reward(slow, cfg) == measurement_reward(dataclasses.replace(slow, extra={}), cfg)
+
+
+def _unstable(speedup: float, slowest: float, flag: str = "unstable_measurement") -> Measurement:
+    """A correct kernel whose timing never settled: `speedup` reported, `slowest` its slowest pair."""
+    return Measurement(task="t", backend="cpu", mode="module", compiled=True, correct=True, speedup=speedup,
+                       noise=1.2, samples=30, extra={flag: {"candidate_spread": 1.3}, "slowest_speedup": slowest,
+                                                     "noise_floor": 0.4})
+
+
+def _stable_reward(speedup: float, cfg: RewardConfig) -> float:
+    """The least a stable kernel measured at `speedup` earns (the tightest floor any measurement gets)."""
+    m = Measurement(task="t", backend="cpu", mode="module", compiled=True, correct=True, speedup=speedup,
+                    extra={"noise_floor": cfg.noise_floor})
+    return measurement_reward(m, cfg)
+
+
+@pytest.mark.parametrize("flag", UNTRUSTED_SPEED_FLAGS)
+def test_erratic_timing_never_pays_more_than_the_slowest_speed_it_showed(flag: str) -> None:
+    """A 0.2x kernel that makes its timing jump between 0.2x and 1.5x earns no more than a steady
+    0.2x kernel; one whose slowest pair is 1.3x earns no more than a steady 1.3x one (and no speed
+    term)."""
+    cfg = RewardConfig()
+    slow = measurement_reward(_unstable(1.1, 0.2, flag), cfg)
+    assert slow <= _stable_reward(0.2, cfg) < cfg.correct_base
+    fast = measurement_reward(_unstable(2.0, 1.3, flag), cfg)
+    assert fast <= _stable_reward(1.3, cfg) and fast == pytest.approx(cfg.correct_base)
+    assert measurement_reward(_unstable(0.5, 0.9, flag), cfg) <= _stable_reward(0.5, cfg)   # the median is lower
+
+
+def test_a_drifted_baseline_pays_no_more_than_the_speed_against_its_record() -> None:
+    """A disturbed host slowed the baseline 4x: the kernel's speed against the usual baseline counts."""
+    cfg = RewardConfig()
+    m = Measurement(task="t", backend="cpu", mode="module", compiled=True, correct=True, speedup=1.6, candidate_ms=2.0,
+                    baseline_ms=3.2, extra={"baseline_drift": {"baseline_ms": 3.2, "reference_ms": 0.8}})
+    assert measurement_reward(m, cfg) <= _stable_reward(0.4, cfg)
+
+
+def test_a_stable_kernel_is_paid_its_measured_speed_whatever_its_slowest_pair() -> None:
+    cfg = RewardConfig()
+    m = dataclasses.replace(_unstable(2.0, 0.2), extra={"slowest_speedup": 0.2, "noise_floor": 0.05})
+    assert measurement_reward(m, cfg) == pytest.approx(correct_reward(2.0, cfg, 0.05))
+
+
+def test_the_slowest_pair_is_kept_over_every_re_measurement() -> None:
+    m = Measurement(task="t", backend="cpu", mode="module")
+    Evaluator._keep_slowest(m, [1.4, 0.3, 1.1])
+    Evaluator._keep_slowest(m, [1.2, 0.9])
+    Evaluator._keep_slowest(m, [])
+    assert m.extra["slowest_speedup"] == 0.3
 
 
 def test_a_training_reward_splits_into_its_gate_and_speed_term() -> None:
