@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from rl_kernels.archive import passed_every_gate
 from rl_kernels.config import MetricsConfig
 from rl_kernels.evaluation.reasons import HACK_REASONS
 from rl_kernels.evaluation.reward import untrusted_speed
@@ -184,10 +185,11 @@ def group_metrics(groups: Sequence[Group]) -> dict[str, float]:
     from the completion) counts as neither compiled nor correct, and its rejection is
     `reject_rate/parse/<reason>`, its `detail` being the parser's reason code: a key of its own,
     apart from the evaluator's `malformed`, because it says whether the model learned the answer
-    format, not whether its code is valid. Speedup quantiles (linear interpolation) are over
-    correct kernels and absent when there is none. `zero_variance_groups` is over groups: those
+    format, not whether its code is valid. Speedup quantiles (linear interpolation) and fast_p are
+    over the kernels with a believed speed (`archive.passed_every_gate`), quantiles absent when there
+    is none. `zero_variance_groups` is over groups: those
     give GRPO nothing to learn from. `speed_unpaid_rate` counts correct kernels whose speed could
-    earn no more than a 1x kernel because the timing could not be trusted (it never settled, or the
+    earn no more than its slowest sample (nor above 1x) because the timing could not be trusted (it never settled, or the
     baseline measured far off its record: a disturbed timer host shows here first).
     """
     trajs = [t for g in groups for t in g.trajectories]
@@ -198,7 +200,7 @@ def group_metrics(groups: Sequence[Group]) -> dict[str, float]:
     rewards = [t.reward for t in trajs]
     reasons = Counter(m.rejected for m in measured if m.rejected is not None)
     reasons.update(f"parse/{t.detail or 'unknown'}" for t in trajs if t.measurement is None)
-    speedups = sorted(m.speedup for m in measured if m.correct and m.speedup is not None)
+    speedups = sorted(m.speedup for m in measured if passed_every_gate(m))
     out = {
         "rollout/trajectories": float(n),
         "rollout/reward_mean": statistics.fmean(rewards),

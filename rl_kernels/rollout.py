@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl_kernels.archive import KernelArchive
+from rl_kernels.archive import KernelArchive, passed_every_gate
 from rl_kernels.config import Backend, PromptConfig, RewardConfig
 from rl_kernels.evaluation.reward import measurement_reward, training_reward
 from rl_kernels.policy import Completion, Messages
@@ -124,7 +124,7 @@ class Tally:
     parsed: int = 0
     compiled: int = 0
     correct: int = 0
-    best: dict[str, float] = field(default_factory=dict)   # task id -> best speedup
+    best: dict[str, float] = field(default_factory=dict)   # task id -> best believed speedup
     statuses: dict[str, int] = field(default_factory=dict)
     rejections: dict[str, int] = field(default_factory=dict)
 
@@ -141,7 +141,7 @@ class Tally:
                 self.compiled += m.compiled
                 self.correct += m.correct
                 key = m.rejected or ""
-                if m.correct and m.speedup is not None:
+                if passed_every_gate(m):
                     self.best[group.task_id] = max(self.best.get(group.task_id, 0.0), m.speedup)
             if key:
                 self.rejections[key] = self.rejections.get(key, 0) + 1

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from rl_kernels.archive import passed_every_gate
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation import confine, sandbox
 from rl_kernels.evaluation.baseline_record import BaselineRecord
@@ -508,8 +509,9 @@ class Evaluator:
 
 
 def summarize(measurements: list[Measurement]) -> dict[str, Any]:
-    """Suite-level numbers for `bench`: correct count, geomean/median speedup, fast_p."""
-    speedups = [m.speedup for m in measurements if m.correct and m.speedup]
+    """Suite-level numbers for `bench`: correct count, geomean/median speedup and fast_p over the
+    kernels with a believed speed (`archive.passed_every_gate`)."""
+    speedups = [m.speedup for m in measurements if passed_every_gate(m)]
     n = len(measurements)
     geo = statistics.geometric_mean(speedups) if speedups else None
     return {

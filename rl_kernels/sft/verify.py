@@ -50,6 +50,6 @@ def verify(items: list[SftItem], evaluator: Evaluator, jobs: int,
         if passed_every_gate(m):
             out.kept.append(VerifiedKernel(item, m))
         else:
-            reason = m.rejected or ("flagged" if m.flagged else "incorrect")
+            reason = m.rejected or ("flagged" if m.correct else "incorrect")   # correct: its speed not believed
             out.refused.append(Skipped(item.origin, reason, m.detail[:300]))
     return out
