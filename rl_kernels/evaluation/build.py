@@ -922,21 +922,27 @@ def _build_module(source: str, backend: BackendName, cfg: BuildConfig, allow_lib
         if unseen:
             return Build(key=_key(material), ok=False, seconds=time.monotonic() - t0, reason=Reason.DYNAMIC_CODE.value,
                          log=f"load_inline {call['name']!r} was given sources the static gate never saw "
-                             f"(built at run time): {unseen[0][:200]!r}")
+                             f"(built at run time): {unseen[0][:200]!r} — the build accepts only sources the gate "
+                             "scanned; write them as literals or names assigned a literal once — no setting "
+                             "accepts it")
         refused = check_flags(call["extra_cflags"], call["extra_cuda_cflags"], call["extra_ldflags"],
                               call["extra_include_paths"])
         if refused is not None:
-            return Build(key=_key(material), ok=False, log=f"load_inline {call['name']!r}: {refused}",
+            return Build(key=_key(material), ok=False,
+                         log=f"load_inline {call['name']!r}: {refused} — flags are limited to an allow list "
+                             "(rl_kernels/evaluation/flags.py); drop the flag — no setting accepts it",
                          seconds=time.monotonic() - t0, reason=Reason.FORBIDDEN_FLAG.value)
         if call["name"] in calls and calls[call["name"]] != call:
-            return _malformed(material, f"load_inline called twice with name {call['name']!r} and different sources")
+            return _malformed(material, f"load_inline called twice with name {call['name']!r} and different "
+                              "sources — one name builds one extension; give each call its own name")
         calls[call["name"]] = call
     ordered = [calls[n] for n in sorted(calls)]
     material = {"kind": "module", "backend": backend, "calls": ordered, "cfg": _flag_material(backend, cfg),
                 "toolchain": _toolchain(backend, cfg), "allow_library": allow_library, **_torch_identity()}
     if backend == "cpu" and any(c["cuda_sources"] or c["with_cuda"] for c in ordered):
         return Build(key=_key(material), ok=False, log="the cpu backend builds C++ only, but load_inline was given "
-                     "CUDA (cuda_sources or with_cuda=True)", seconds=time.monotonic() - t0,
+                     "CUDA (cuda_sources or with_cuda=True) — evaluate with eval.backend=cuda, or write a C++ "
+                     "loop in cpp_sources", seconds=time.monotonic() - t0,
                      reason=Reason.COMPILE_ERROR.value)
 
     def build(path: str) -> Build:

@@ -130,7 +130,9 @@ def _run_candidate(source: str) -> dict[str, Any]:
     except SystemExit as exc:
         return {"ok": False, "error": f"candidate called exit({exc.code}) at import time"}
     except Exception:  # noqa: BLE001 - untrusted code may raise anything; it is reported verbatim
-        return {"ok": False, "error": "candidate top-level code raised:\n" + traceback.format_exc(limit=8)}
+        return {"ok": False, "error": "candidate top-level code raised (it runs without a GPU to find the "
+                "load_inline calls; guard GPU-only work with torch.cuda.is_available() or move it into forward):\n"
+                + traceback.format_exc(limit=8)}
     constructed = ""
     if not calls and not problems:
         constructed = _construct(module.__dict__)
@@ -138,7 +140,10 @@ def _run_candidate(source: str) -> dict[str, Any]:
         return {"ok": False, "error": "\n".join(problems)}
     if not calls:
         return {"ok": False, "error": "no torch.utils.cpp_extension.load_inline call at module top level or while "
-                "constructing ModelNew(*get_init_inputs()) (a call made in forward cannot be built ahead of time)"
+                "constructing ModelNew(*get_init_inputs()) — every candidate builds its kernels ahead of time, "
+                "eval.allow_torch_rewrites included (it accepts torch ops beside a kernel, not a ModelNew of "
+                "torch ops alone); call load_inline at module top level or in ModelNew.__init__ (a call made in "
+                "forward cannot be built ahead of time)"
                 + (f"; constructing it: {constructed}" if constructed else "")}
     return {"ok": True, "calls": calls}
 
