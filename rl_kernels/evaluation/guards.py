@@ -350,8 +350,9 @@ class _PythonChecker(ast.NodeVisitor):
         user should hear about as such (CUDA-L1's released kernels wrap their kernel call this way)."""
         if self.in_handler:
             self._add(Reason.NO_CUSTOM_KERNEL, node, token,
-                      f"{what} in the except handler of a try/except is a torch fallback for the kernel call: it hides a kernel "
-                      "that fails to build or run, and torch's result and time would count as the kernel's",
+                      f"{what} in the except handler of a try/except is a torch fallback for the kernel call: "
+                      "it hides a kernel that fails to build or run, and torch's result and time would count "
+                      "as the kernel's",
                       "remove the try/except so the kernel's errors surface, or " + ALLOW_TORCH)
             return
         scope = f"in {self.function}()" if self.function else "at module level"
@@ -447,8 +448,8 @@ class _PythonChecker(ast.NodeVisitor):
                           "since other bases bring behaviour the gate has not read",
                           f"derive from nn.Module — {NO_SETTING}")
         for kw in node.keywords:
-            self._add(Reason.DYNAMIC_CODE, node, f"{kw.arg}=", "a class keyword (a metaclass) changes how the class is built",
-                      f"remove the keyword — {NO_SETTING}")
+            self._add(Reason.DYNAMIC_CODE, node, f"{kw.arg}=",
+                      "a class keyword (a metaclass) changes how the class is built", f"remove the keyword — {NO_SETTING}")
         self.generic_visit(node)
 
     # names and attributes ----------------------------------------------------------------------
@@ -464,7 +465,8 @@ class _PythonChecker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if _is_dunder(node.attr) and node.attr not in ALLOWED_DUNDERS:
-            self._add(Reason.DYNAMIC_CODE, node, ast.unparse(node), "dunder attributes reach the interpreter's internals",
+            self._add(Reason.DYNAMIC_CODE, node, ast.unparse(node),
+                      "dunder attributes reach the interpreter's internals",
                       f"use the public attribute or function — {NO_SETTING}")
         if node.attr in BANNED_ATTRIBUTES:
             self._add(BANNED_ATTRIBUTES[node.attr], node, ast.unparse(node))
@@ -515,7 +517,8 @@ class _PythonChecker(ast.NodeVisitor):
             self._check_reflection(node, func.id)
         if _is_name(func, "type") and len(node.args) == 3:
             self._add(Reason.DYNAMIC_CODE, node, "type(name, bases, dict)",
-                      "creating a class at run time hides it from the gate", f"write a class statement — {NO_SETTING}")
+                      "creating a class at run time hides it from the gate",
+                      f"write a class statement — {NO_SETTING}")
         if isinstance(func, ast.Attribute) and not self.allow and not self.in_init:
             self._check_method(node, func)
         if self.aliases.resolve(func) == "torch.compile":

@@ -398,7 +398,8 @@ def _scan_pasted(code: str, blanked: str, lines: _Lines, where: str, allow_torch
                         "token pasting builds identifiers the scan cannot see, and the preprocessor here could "
                         "not expand it", f"write the identifiers out — {NO_SETTING}")]
     text, _ = blank_literals(expanded)
-    return [Finding(f.reason, f.token, lines(first), where, f"built by a macro: {f.why or REASON_TEXT[f.reason][0]}", f.fix)
+    return [Finding(f.reason, f.token, lines(first), where,
+                    f"built by a macro: {f.why or REASON_TEXT[f.reason][0]}", f.fix)
             for f in _scan_banned(text, _Lines(text), where, allow_torch_ops)]
 
 

@@ -112,7 +112,8 @@ def test_torch_compute_forms_name_the_construct_and_setting(forward: str, constr
 
 
 def test_no_kernel_names_both_ways_out() -> None:
-    pure = "import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+    pure = ("import torch\nimport torch.nn as nn\n"
+            "class ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n")
     reason, lines = _refuse(pure)
     assert reason is Reason.NO_CUSTOM_KERNEL
     assert lines[0].startswith("line 1: `no load_inline call` — no kernel of your own")
