@@ -50,6 +50,7 @@ from rl_kernels.evaluation.flags import check_flags
 from rl_kernels.evaluation.forkserver import ForkServer, ForkServerError
 from rl_kernels.evaluation.guards import extract_native_sources, static_check
 from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.evaluation.refusals import NO_SETTING, REASON_TEXT
 from rl_kernels.host_share import SharedUse, host_share
 from rl_kernels.types import Build, Task
 
@@ -498,7 +499,8 @@ def _with_evidence(outcome: _Outcome, objects: list[Path], libraries: list[Path]
     if found is None:
         kernels = registered_kernels(objects) if backend == "cuda" else []
         return dataclasses.replace(outcome, kernels=kernels)
-    return _Outcome(False, f"{outcome.log}\nrefused after linking: {found[1]}", found[0].value)
+    fix = REASON_TEXT.get(found[0], ("", f"remove it — {NO_SETTING}"))[1]
+    return _Outcome(False, f"{outcome.log}\nrefused after linking: {found[1]} — {fix}", found[0].value)
 
 
 def _build_hgemm(source: str, backend: BackendName, cfg: BuildConfig, allow_library: bool) -> Build:

@@ -12,6 +12,7 @@ import yaml
 
 from rl_kernels.evaluation.guards import static_check
 from rl_kernels.evaluation.reasons import Reason
+from rl_kernels.evaluation.refusals import REASON_TEXT
 from rl_kernels.tasks.hgemm import hgemm_task
 from rl_kernels.tasks.module import load_module_task, parse_module_task
 
@@ -201,3 +202,18 @@ def test_every_static_refusal_of_the_hack_corpus_names_a_remedy() -> None:
         for line in verdict.detail.splitlines() if verdict.reason is not None else []:
             assert LINE_SHAPE.match(line) or line.startswith("... and "), (entry["file"], line)
             assert NONE in line or SETTING in line or line.startswith("... and "), (entry["file"], line)
+
+
+@pytest.mark.parametrize("found,remedy", [
+    ((Reason.NO_CUSTOM_KERNEL, "ext.o: links libcublas.so.12: a library does the work"), SETTING),
+    ((Reason.PROCESS_SPAWN, "ext.o: imports fork"), NONE),
+])
+def test_refusal_after_linking_names_the_remedy(monkeypatch: pytest.MonkeyPatch, found: tuple[Reason, str],
+                                               remedy: str) -> None:
+    from rl_kernels.evaluation import build
+
+    monkeypatch.setattr(build, "check_artifact", lambda *args, **kwargs: found)
+    outcome = build._with_evidence(build._Outcome(True, "ninja: done"), [], [], False, "cpu")
+    assert outcome.reason == found[0].value
+    assert outcome.log.endswith(f"refused after linking: {found[1]} — {REASON_TEXT[found[0]][1]}")
+    assert remedy in outcome.log
