@@ -11,7 +11,7 @@ import pytest
 
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.evaluator import Evaluator
-from rl_kernels.evaluation.reward import correct_reward
+from rl_kernels.evaluation.reward import correct_reward, observed_speedups
 from rl_kernels.tasks import get_task
 from rl_kernels.types import Measurement
 
@@ -24,8 +24,11 @@ def _honest() -> str:
 
 
 def _at_most_1x(m: Measurement, cfg: EvalConfig) -> float:
-    """The reward of a correct kernel whose speed is not trusted: what it measured, capped at 1x's."""
-    return min(correct_reward(m.speedup, cfg.reward, m.extra["noise_floor"]), correct_reward(1.0, cfg.reward))
+    """The reward of a correct kernel whose speed is not trusted: what its slowest observed speed
+    earns (its slowest pair of samples at most its median), capped at 1x's."""
+    assert 0 < m.extra["slowest_speedup"] <= m.speedup
+    slowest = min(observed_speedups(m))
+    return min(correct_reward(slowest, cfg.reward), correct_reward(1.0, cfg.reward))
 
 
 @pytest.mark.parametrize("name, reason, detail", [
