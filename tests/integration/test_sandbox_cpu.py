@@ -120,6 +120,9 @@ def test_a_baseline_far_off_its_record_earns_no_speedup_and_stays_out_of_the_rec
     with both medians, correct, paid at most as a 1x kernel, and the record keeps its values."""
     cfg = cpu_config.model_copy(deep=True)
     cfg.build.cache_dir = str(tmp_path / "cache")
+    # An evaluation whose samples never settle is reported as unstable and skips the drift check; on a
+    # loaded host the cpu timer's spread can pass the limit, so it is lifted: this test is the drift.
+    cfg.reward.max_spread = {"cpu": 1e9}
     evaluator = Evaluator(cfg)
     task = get_task(TASK)
     baseline, medians = evaluator.best_baseline(task)     # the baseline job adds its median to the record
