@@ -14,7 +14,7 @@ import pytest
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.build import build_candidate
 from rl_kernels.evaluation.evaluator import Evaluator
-from rl_kernels.evaluation.reward import correct_reward
+from rl_kernels.evaluation.reward import correct_reward, untrusted_speed, untrusted_speed_reward
 from rl_kernels.tasks import get_task
 from rl_kernels.tasks.module import load_module_task
 
@@ -131,16 +131,23 @@ def test_a_flagged_speedup_earns_nothing(cpu_config: EvalConfig) -> None:
 
 def test_a_slow_kernel_that_jitters_its_own_timing_earns_less_than_a_1x_kernel(cpu_config: EvalConfig) -> None:
     """The candidate repeats its slow product 1, 3 or 9 times by its input's bits, so its timing does
-    not settle (re-measured, then `unstable`, in nearly every run; a re-measurement that settles
-    reports the slow median itself).  Either way it earns what its measured speed earns, below a 1x
-    kernel's reward: an unstable measurement once paid exactly the 1x reward."""
+    not settle (re-measured, then `unstable`, in nearly every run). Unstable, it earns what the
+    slowest speed it showed earns (a call that repeated the product), not its median; settled, what its
+    median earns. Either way below a 1x kernel's reward, and never above its slowest sample's."""
     source = (CANDIDATES / "hacks" / "hgemm" / "jitter_slow_cpu.cpp").read_text()
     m = Evaluator(cpu_config).evaluate(get_task(HGEMM), source)
     assert m.correct and m.rejected is None, m.detail[-800:]
-    assert m.speedup < 0.5, f"precondition: the repeated naive product ran at {m.speedup:.3f}x"
+    assert m.speedup < 1.0, f"precondition: the repeated naive product ran at {m.speedup:.3f}x"
+    slowest = m.extra["slowest_speedup"]
+    assert slowest <= m.speedup
+    if untrusted_speed(m):
+        assert m.reward == untrusted_speed_reward(m, cpu_config.reward)
+        assert m.reward <= correct_reward(slowest, cpu_config.reward, cpu_config.reward.noise_floor)
+    else:
+        assert m.reward == correct_reward(m.speedup, cpu_config.reward, m.extra.get("noise_floor"))
     assert m.reward < correct_reward(1.0, cpu_config.reward), (m.reward, m.extra.get("unstable_measurement"))
-    assert m.reward == correct_reward(m.speedup, cpu_config.reward, m.extra.get("noise_floor"))
-    print(f"unstable: {m.extra.get('unstable_measurement')}, re-measured {m.extra.get('remeasured', 0)}")
+    print(f"unstable: {m.extra.get('unstable_measurement')}, re-measured {m.extra.get('remeasured', 0)}, "
+          f"median {m.speedup:.3f}x, slowest {slowest:.3f}x")
 
 
 def test_namespaces_can_be_turned_off_for_hosts_without_them(cpu_config: EvalConfig) -> None:
