@@ -99,7 +99,10 @@ def test_compare_samples_both_versions_alike_and_writes_the_figures(
     # each correct completion carries its kernel's speedup (repeats share their kernel's measurement)
     assert all(set(o["speedups"]) == {"eager"} for o in s["outcomes"] if o["reason"] == "correct")
     (ratio,) = s["ratios"]
-    assert ratio["tasks"] == [TASK] and ratio["value"] > 0 and ratio["low"] <= ratio["value"] <= ratio["high"]
+    # The point and the replicates are the same means summed in another order: a degenerate interval (every
+    # resample alike) equals the point only to rounding.
+    assert ratio["tasks"] == [TASK] and ratio["value"] > 0
+    assert ratio["low"] <= ratio["value"] * (1 + 1e-12) and ratio["value"] <= ratio["high"] * (1 + 1e-12), ratio
     assert s["collapsed"] == []
     # nothing archived, nothing trained on, nothing left behind
     assert not (run / "trajectories.jsonl").exists()
