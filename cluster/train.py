@@ -31,7 +31,7 @@ from rl_kernels.heldout import (TaskTally, append_report, heldout_metrics, heldo
 from rl_kernels.learner.checkpoints import python_rng_state
 from rl_kernels.learner.publish import adapter_dir
 from rl_kernels.metrics import group_metrics
-from rl_kernels.task_sampler import TaskSampler, made_weak
+from rl_kernels.task_sampler import TaskSampler
 from rl_kernels.tasks import load_suite
 from rl_kernels.tasks.split import task_split
 from rl_kernels.trajectories import FILENAME as TRAJECTORIES, Group
@@ -163,7 +163,7 @@ class LearnStage:
                   "policy/version": ctx.versions.current, "learner/step": self.step,
                   "learner/idle_ratio": self.wait_s / wall, "learner/busy_ratio": self.busy_s / wall,
                   "learner/steps_per_hour": self._steps_per_hour(wall),
-                  "batch/weak_task_groups": sum(made_weak(g) for g in groups), **self.sampler.metrics()}
+                  "batch/weak_task_groups": sum(g.made_weak for g in groups), **self.sampler.metrics()}
         if ctx.versions.sync_s:
             record["learner/weight_sync_s"] = ctx.versions.sync_s[-1]
         ctx.sink.log(record, step=self.step)

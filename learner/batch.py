@@ -18,7 +18,6 @@ import torch
 from rl_kernels.config import GrpoConfig, RewardConfig
 from rl_kernels.evaluation.reward import split_training_reward
 from rl_kernels.learner.grpo import GroupAdvantages, decoupled_advantages, group_advantages
-from rl_kernels.task_sampler import made_weak
 from rl_kernels.trajectories import Group
 
 
@@ -104,7 +103,7 @@ def speed_weights(groups: list[Group], grpo: GrpoConfig) -> torch.Tensor:
     """[groups] the speed part's weight of each group: `grpo.weak_task_speed_weight` for a group made
     while its task was weak (rl_kernels/task_sampler.py), so that a task losing its correct kernels has
     them pushed by correctness alone, none of them pushed down for being slower; else `grpo.speed_weight`."""
-    return torch.tensor([grpo.weak_task_speed_weight if made_weak(g) else grpo.speed_weight for g in groups],
+    return torch.tensor([grpo.weak_task_speed_weight if g.made_weak else grpo.speed_weight for g in groups],
                         dtype=torch.float64)
 
 

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from rl_kernels.config import Config, ConfigError, dump_config, load_config
-from rl_kernels.placement import (NodeSpec, PlacementError, PlacementPlan, described_nodes, local_ray_cpus,
-                                  plan_placement)
+from rl_kernels.placement import PlacementError, PlacementPlan, described_nodes, local_node, plan_placement
 from rl_kernels.run_dir import CONFIG_FILE, load_run_config
 from rl_kernels.tasks.module import TaskError
 from rl_kernels.types import Build, Measurement, Task
@@ -55,8 +54,7 @@ def _dry_run_plan(cfg: Config, *, learner: bool) -> PlacementPlan:
 def _check_fits_this_machine(cfg: Config, *, learner: bool) -> None:
     """A local Ray's graph must fit this machine's cores and GPUs: PlacementError before stage 1 or
     any actor spends time (the driver plans again on the live Ray)."""
-    cores = local_ray_cpus(cfg, os.cpu_count() or 1, learner=learner)
-    plan_placement(cfg, [NodeSpec("local", float(cores), float(_visible_gpus()))], learner=learner)
+    plan_placement(cfg, [local_node(cfg, os.cpu_count() or 1, _visible_gpus(), learner=learner)], learner=learner)
 
 
 def _visible_gpus() -> int:

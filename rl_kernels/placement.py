@@ -252,4 +252,10 @@ def described_nodes(cfg: Config, cores: int, gpus: int, *, learner: bool) -> lis
     a local Ray would see it."""
     if cfg.cluster.nodes:
         return [NodeSpec(n.name, float(n.cpus), float(n.gpus)) for n in cfg.cluster.nodes]
-    return [NodeSpec("local", float(local_ray_cpus(cfg, cores, learner=learner)), float(gpus))]
+    return [local_node(cfg, cores, gpus, learner=learner)]
+
+
+def local_node(cfg: Config, cores: int, gpus: int, *, learner: bool) -> NodeSpec:
+    """This machine as a local Ray started by the job would see it: `local_ray_cpus` of its cores
+    and every visible GPU."""
+    return NodeSpec("local", float(local_ray_cpus(cfg, cores, learner=learner)), float(gpus))

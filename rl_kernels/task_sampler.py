@@ -29,22 +29,14 @@ from typing import Any
 
 from rl_kernels.config import RolloutConfig
 from rl_kernels.rollout import TaskCycle
-from rl_kernels.trajectories import Group, read_groups
+from rl_kernels.trajectories import WEAK_TASK, Group, read_groups
 from rl_kernels.types import Task
-
-WEAK_TASK = "weak_task"
-"""Group.extra key: True when the group's task was below the floor as the group was made."""
 
 
 def correct_share(group: Group) -> float:
     """The share of the group's completions whose kernel passed correctness (no code counts as wrong)."""
     ms = [t.measurement for t in group.trajectories]
     return sum(1 for m in ms if m is not None and m.correct) / max(len(ms), 1)
-
-
-def made_weak(group: Group) -> bool:
-    """Whether the group's task was weak when the group was made (its stamp)."""
-    return bool(group.extra.get(WEAK_TASK, False))
 
 
 @dataclass
@@ -73,7 +65,7 @@ class TaskHealth:
         share = correct_share(group)
         record.rate = share if record.rate is None else record.rate + self.alpha * (share - record.rate)
         record.groups += 1
-        record.weak_groups += made_weak(group)
+        record.weak_groups += group.made_weak
 
     def weak(self, task_id: str) -> bool:
         rate = self.tasks[task_id].rate

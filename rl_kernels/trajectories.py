@@ -26,6 +26,9 @@ from typing import Any, Iterator
 from rl_kernels.types import Measurement
 
 FILENAME = "trajectories.jsonl"
+WEAK_TASK = "weak_task"
+"""Group.extra key: True when the group's task was below the task sampler's floor as the group was made
+(rl_kernels/task_sampler.py); the learner weights such a group's speed term apart."""
 
 
 @dataclass
@@ -74,6 +77,11 @@ class Group:
     @property
     def rewards(self) -> list[float]:
         return [t.reward for t in self.trajectories]
+
+    @property
+    def made_weak(self) -> bool:
+        """Whether the group's task was weak when the group was made (its `WEAK_TASK` stamp)."""
+        return bool(self.extra.get(WEAK_TASK, False))
 
     def reward_std(self) -> float:
         """Population std of the rewards: 0 means GRPO advantages are all zero (nothing to learn)."""

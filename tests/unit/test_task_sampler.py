@@ -12,9 +12,9 @@ import pytest
 
 from rl_kernels.config import RolloutConfig
 from rl_kernels.rollout import TaskCycle
-from rl_kernels.task_sampler import WEAK_TASK, TaskHealth, TaskSampler
+from rl_kernels.task_sampler import TaskHealth, TaskSampler
 from rl_kernels.tasks import get_task
-from rl_kernels.trajectories import Group, Trajectory, TrajectoryStore
+from rl_kernels.trajectories import WEAK_TASK, Group, Trajectory, TrajectoryStore
 from rl_kernels.types import Measurement
 
 TASKS = [get_task(t) for t in ("builtin/scale_bias_relu", "builtin/rmsnorm", "builtin/softmax")]

@@ -11,7 +11,7 @@ from rl_kernels.config import GrpoConfig, RewardConfig
 from rl_kernels.evaluation.reward import correct_reward
 from rl_kernels.learner.batch import assemble_batch, speed_weights
 from rl_kernels.learner.grpo import decoupled_advantages
-from rl_kernels.task_sampler import WEAK_TASK
+from rl_kernels.trajectories import WEAK_TASK
 from rl_kernels.trajectories import Group, Trajectory
 from rl_kernels.types import Measurement
 
