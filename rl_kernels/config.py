@@ -136,12 +136,16 @@ class SandboxConfig(_Strict):
     boundary: Literal["split", "shared"] = Field("split", description=(
         "Where the candidate runs: split (a runner process; the judge keeps inputs, references, baseline, "
         "checks and verdict out of its reach; two CUDA contexts) or shared (the worker itself, one process)"))
-    hang_factor: float = Field(1000.0, gt=0, description=(
-        "A candidate call may take this many times the baseline's median before the watchdog calls it "
-        "hung (CUDA-L1's rule is 1000x); lower kills slow-but-honest kernels, higher wastes timer time"))
-    hang_floor_s: float = Field(10.0, gt=0, description=(
-        "Seconds of silence the watchdog always allows once the candidate is loaded (its __init__, a "
-        "batch of queued calls); the floor of how fast a hang is reported"))
+    hang_factor: float = Field(200.0, gt=0, description=(
+        "Each candidate call in flight may take this many times the baseline's median (the slowest kernel "
+        "still measured is 1/hang_factor x) before the watchdog reports `hung`, on top of hang_floor_s; "
+        "lower reports hangs sooner but kills honest kernels near 1/hang_factor x (keep it well above 50: "
+        "0.02x kernels must be measured), higher keeps a timer on a hang longer"))
+    hang_floor_s: float = Field(5.0, gt=0, description=(
+        "Seconds of silence the watchdog allows beyond the calls in flight, once the candidate is loaded "
+        "(first-use setup: a module's __init__, a CUDA module load, the profiler's start; the judge's own "
+        "checks between calls): how late after its expected end a hang is reported; lower reports hangs "
+        "sooner but kills honest candidates whose setup takes longer, higher keeps a timer on a hang longer"))
     keep_freed_memory: bool = Field(True, description=(
         "The worker's glibc keeps freed memory for reuse (no mmap per large allocation, no trimming): "
         "a call's temporaries then cost what they cost in a long-running process, instead of a "
@@ -311,14 +315,15 @@ class TimingConfig(_Strict):
     sync_every: int = Field(64, ge=1, description=(
         "cuda kernel mode, shared boundary: timed calls queued back to back per host sync; 1 syncs after "
         "every call (the GPU idles while the host works between samples, which made 512^3..2048^3 GEMMs 2-15% "
-        "faster than triton's do_bench on the H200; docs/EVALUATOR.md); the watchdog's silence limit grows by "
-        "hang_factor baseline calls for each"))
+        "faster than triton's do_bench on the H200; docs/EVALUATOR.md); the watchdog allows the whole batch, "
+        "hang_factor baseline calls for each, so a hang waits for a batch's allowance"))
     input_distribution: Literal["normal", "uniform", "heavy_tailed", "mixed_sign"] = Field("normal", description=(
         "value distribution of the timed inputs, one for candidate and baseline alike (correctness covers all "
         "four): the data's bit patterns change the GPU's power draw and clocks, so mixing them adds noise"))
     window_calls: int = Field(10, ge=1, description=(
         "split boundary: calls per side per window (queued back to back, one sync); sides alternate "
-        "by window in random order: larger keeps the GPU's load steadier, smaller interleaves finer"))
+        "by window in random order: larger keeps the GPU's load steadier, smaller interleaves finer "
+        "and reports a hang sooner (the watchdog allows a window hang_factor baseline calls per call)"))
     clock_gap_factor: float = Field(3.0, ge=1.0, description=(
         "split boundary: per call, a runner window may leave this many times the baseline's unexplained "
         "time unexplained by its events (plus clock_gap_ms, one baseline call and twice the judge-timed "

@@ -239,12 +239,12 @@ class Evaluator:
     def _readable(job: dict[str, Any]) -> list[str]:
         return [str(Path(job["cublas_library"]).parent)] if "cublas_library" in job else []
 
-    def _watchdog_s(self, baseline_ms: float) -> float:
-        """Silence after which a loaded candidate counts as hung: the floor plus `hang_factor` times
-        the baseline for every call that may sit between two heartbeats (a queued batch on cuda)."""
-        t = self.cfg.timing
-        calls = t.sync_every if self.cfg.backend == "cuda" and t.mode == "kernel" else 1
-        return self.cfg.sandbox.hang_floor_s + self.cfg.sandbox.hang_factor * baseline_ms / 1e3 * calls
+    def _watchdog(self, baseline_ms: float) -> dict[str, float]:
+        """The job's `sandbox.Watchdog`: each candidate call in flight may take `hang_factor` times the
+        baseline's median (the slowest kernel still measured), on top of the floor; the worker's
+        heartbeats say how many calls are in flight, phase by phase, on either backend."""
+        return {"floor_s": self.cfg.sandbox.hang_floor_s,
+                "per_call_s": self.cfg.sandbox.hang_factor * baseline_ms / 1e3}
 
     def _hidden(self) -> list[str]:
         """The build cache (other candidates' sources and artifacts) is no business of an evaluation."""
@@ -354,7 +354,7 @@ class Evaluator:
         m.extra.setdefault("seeds", []).append(seed)
         job = {"job": "evaluate", "task": task_to_json(task), "backend": self.cfg.backend,
                "config": self.cfg.model_dump(mode="json"), "baseline": baseline,
-               "candidate_source": source, "seed": seed, "watchdog_s": self._watchdog_s(m.baselines_ms[baseline]),
+               "candidate_source": source, "seed": seed, "watchdog": self._watchdog(m.baselines_ms[baseline]),
                "own_kernels": build.kernels, **self._native_baselines(task)}
         res, host_wait_s = self._run_job(job, build.artifact, build.artifact_name, self._kept_compile(task, [baseline]))
         m.extra["phase_s"] = res.phase_s
@@ -366,6 +366,8 @@ class Evaluator:
             m.extra["problem_ahead"] = res.ahead
         if self.host is not None:
             m.extra["host_wait_s"] = round(m.extra.get("host_wait_s", 0.0) + host_wait_s, 3)
+        if res.hang is not None:
+            m.extra["hang"] = res.hang
         failure = res.failure()
         if failure is not None:
             self._reject(m, failure[0], failure[1])

@@ -18,7 +18,9 @@ same sandbox, which loads it behind the audit hook and the seccomp filter.  Betw
   slow the baseline down.
 - The judge is not dumpable: the runner, same user, cannot open its memory through /proc.
 - The runner talks back in JSON only; a runner that dies, lies about its structure or stops
-  answering fails the job (the parent's watchdog sees the judge go quiet).
+  answering fails the job (the parent's watchdog sees the judge go quiet).  The runner writes
+  nothing to the parent: the judge beats for it, before each order with the candidate calls the
+  order makes (a window's, the sync guard's pairs, one check) and again once it is answered.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ from rl_kernels.evaluation.sandbox import killed_by
 from rl_kernels.evaluation.shared import SharedSets, replicate, share
 from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, median, sm_clock_mhz
 from rl_kernels.evaluation.launches import Launch, dispatch_audit_wanted, judge_launches, launch_evidence_wanted
-from rl_kernels.evaluation.worker import (cache_bytes, check_correctness_call, check_fresh_values, check_repeatable,
-                                          own_kernels, pool_size, recheck_call,
+from rl_kernels.evaluation.worker import (Beat, cache_bytes, call_weight, check_correctness_call, check_fresh_values,
+                                          check_repeatable, own_kernels, pool_size, recheck_call,
                                           refuse_torch_compute, sync, task_from_json)
 
 _PR_SET_DUMPABLE = 4
@@ -208,7 +210,7 @@ class SplitEvaluation:
     """One candidate evaluation with the candidate in a runner process (see the module docstring)."""
 
     def __init__(self, problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str,
-                 runner: RunnerProcess, beat: Callable[[], None]):
+                 runner: RunnerProcess, beat: Beat):
         self.problem, self.cfg, self.device, self.seed = problem, cfg, device, seed
         self.baseline, self.runner, self.beat = baseline, runner, beat
         # Which sets each timed call gets and which calls are re-checked: entropy the runner never sees.
@@ -233,11 +235,18 @@ class SplitEvaluation:
         self.pool = pool.sets
         _export(self.runner, "pool", pool)
 
+    def _ask(self, order: dict[str, Any], calls: int) -> dict[str, Any]:
+        """One order that makes the runner call the candidate `calls` times (as the watchdog counts
+        them), between two heartbeats."""
+        self.beat(calls)
+        reply = self.runner.ask(order)
+        self.beat(1)   # answered: what follows is the judge's own work
+        return reply
+
     def _call(self, tag: str, sets: list[InputSet], i: int) -> None:
-        self.beat()
         _poison(sets[i])
         sync(self.device)
-        self.runner.ask({"op": "run", "tag": tag, "sets": [i], "timed": False})
+        self._ask({"op": "run", "tag": tag, "sets": [i], "timed": False}, call_weight(self.problem, sets[i]))
 
     def correctness(self) -> dict[str, float]:
         """The in-process protocol's checks, each decided here on the judge's copy of the memory."""
@@ -260,13 +269,12 @@ class SplitEvaluation:
         return {"max_abs_err": worst_abs, "rel_norm_err": worst_rel}
 
     def audit_torch_ops(self) -> None:
-        ops = self.runner.ask({"op": "audit", "tag": "check", "set": 1})["ops"]
+        ops = self._ask({"op": "audit", "tag": "check", "set": 1}, call_weight(self.problem, self.check_sets[1]))["ops"]
         refuse_torch_compute({str(op) for op in ops}, self.cfg)
 
     def launches(self, own: frozenset[str]) -> dict[str, Any]:
         """The kernels of one runner call against the ones the candidate's build registers."""
-        self.beat()
-        reply = self.runner.ask({"op": "launches", "tag": "check", "set": 2})
+        reply = self._ask({"op": "launches", "tag": "check", "set": 2}, call_weight(self.problem, self.check_sets[2]))
         rows = reply.get("launches")
         if not isinstance(rows, list) or not all(
                 isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and isinstance(r[1], (int, float))
@@ -295,7 +303,7 @@ class SplitEvaluation:
             return [unused.pop(rng.randrange(len(unused))) for _ in range(count)]
 
         def prepare(i: int) -> None:
-            self.beat()
+            self.beat(1)
             p.prepare(self.pool[i])
 
         base = Side(run=lambda i: p.call_baseline(self.baseline, self.pool[i]), prepare=prepare)
@@ -314,12 +322,13 @@ class SplitEvaluation:
             return times, time.monotonic() - t0
 
         def candidate_window(sets: list[int]) -> tuple[list[float], float]:
-            self.beat()
+            self.beat(len(sets))
             self.runner.resume()
             t0 = time.monotonic()
             reply = self.runner.ask({"op": "run", "tag": "pool", "sets": sets, "timed": True})
             wall = time.monotonic() - t0
             self.runner.stop()
+            self.beat(1)
             times = reply.get("ms")
             if (not isinstance(times, list) or len(times) != len(sets)
                     or not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in times)):
@@ -384,10 +393,12 @@ class SplitEvaluation:
 
     def _guard_gaps(self, clock: IntervalClock, base: Side, take: Callable[[int], list[int]]) -> dict[str, float]:
         k = self.cfg.timing.sync_guard_samples
-        self.runner.resume()
         pairs = [take(2) for _ in range(k)]
+        self.beat(2 * k)
+        self.runner.resume()
         gaps = self.runner.ask({"op": "guard", "tag": "pool", "pairs": pairs})["gaps"]
         self.runner.stop()
+        self.beat(1)
         if not isinstance(gaps, list) or not all(isinstance(g, (int, float)) and math.isfinite(g) for g in gaps):
             raise Rejected(Reason.TIMER_PATCHED, "the runner's sync-guard report is not a list of times")
         own = []

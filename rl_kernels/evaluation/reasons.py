@@ -28,7 +28,8 @@ class Reason(str, Enum):
     ARCH_MISMATCH = "arch_mismatch"              # built for archs the timer's GPU cannot run (no SASS, no PTX)
     # run (sandbox)
     CRASH = "crash"
-    TIMEOUT = "timeout"
+    TIMEOUT = "timeout"                          # no verdict within the job's wall limit (eval.sandbox.timeout_s)
+    HUNG = "hung"                                # a candidate call never returned: silent past the watchdog's limit
     OUT_OF_MEMORY = "out_of_memory"
     ILLEGAL_MEMORY_ACCESS = "illegal_memory_access"
     RUNTIME_ERROR = "runtime_error"

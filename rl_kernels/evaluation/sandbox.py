@@ -51,7 +51,7 @@ class SandboxResult:
     seconds: float
     stderr_tail: str = ""
     leftover_processes: bool = False
-    hung_after_s: float | None = None   # the watchdog's silence limit, when it was the watchdog that fired
+    hang: dict[str, Any] | None = None   # when the watchdog fired: `Watchdog.hang`'s record of the silence
     phase_s: dict[str, float] = field(default_factory=dict)   # seconds spent in each phase from `go`; "start" until the first phase line
     worker: str = "fresh"                  # "standby" (started before the job) or "fresh" (started for it)
     prestart_s: float | None = None        # a standby's start until ready (spawn and imports), paid before the job
@@ -60,9 +60,13 @@ class SandboxResult:
 
     def failure(self) -> tuple[Reason, str] | None:
         """The reason this run produced no usable verdict, if it did not."""
-        if self.hung_after_s is not None:
-            return Reason.TIMEOUT, (f"a candidate call did not return: no progress for {self.hung_after_s:.1f} s "
-                                    f"in phase {self.last_phase} (killed after {self.seconds:.1f} s)")
+        if self.hang is not None:
+            h = self.hang
+            return Reason.HUNG, (
+                f"a candidate call did not return: no sign of life for {h['silent_s']:.1f} s in phase {h['phase']} "
+                f"with {h['calls']} candidate call(s) in flight, allowed {h['limit_s']:.1f} s (hang_floor_s "
+                f"{h['floor_s']:g} s + {h['calls']} x {h['per_call_s'] * 1e3:.3g} ms, hang_factor x the baseline's "
+                f"median per call); killed after {self.seconds:.1f} s")
         if self.timed_out:
             return Reason.TIMEOUT, f"no result within the time limit (phase {self.last_phase})"
         if self.leftover_processes:
@@ -142,12 +146,55 @@ TIMED_PHASES = ("baselines", "timing")    # the worker's phases in which it time
 READY_LINE = '{"ready": 1}\n'            # the worker's imports are done; it waits for `go`
 
 
+@dataclass(frozen=True)
+class Watchdog:
+    """How long a worker whose candidate is loaded may stay silent: `floor_s` plus `per_call_s` (the
+    slowest call still measured: `hang_factor` times the baseline's median) for every candidate call
+    that its last line said may run before its next one.  A heartbeat line names those calls
+    (`worker.Reporter.beat`: a window of timed calls, a queued batch, one correctness call); any
+    other line counts as one (the load, the judge's own checks between calls).  So a hang is
+    reported the floor after the work in flight should have ended, at the slowest speed still
+    measured, whichever phase it is in."""
+
+    floor_s: float
+    per_call_s: float
+
+    def limit_s(self, calls: int) -> float:
+        """Seconds of silence allowed while `calls` candidate calls may be running."""
+        return self.floor_s + self.per_call_s * calls
+
+    def hang(self, progress: _Progress, now: float) -> dict[str, Any] | None:
+        """The record of a silence past its limit (None while within it)."""
+        silent, calls = now - progress.last_at, progress.calls
+        if not progress.watched or silent <= self.limit_s(calls):
+            return None
+        return {"silent_s": round(silent, 3), "limit_s": round(self.limit_s(calls), 3), "calls": calls,
+                "floor_s": self.floor_s, "per_call_s": self.per_call_s, "phase": progress.marks[-1][0]}
+
+
+_BEAT = '{"beat": '
+
+
+def _declared_calls(line: str) -> int:
+    """The candidate calls a heartbeat line says may run before the next line; 1 for any other line
+    (or a malformed one: under the shared boundary candidate code can write here too, and gains
+    nothing by it, the job's wall limit still holds)."""
+    if not line.startswith(_BEAT):
+        return 1
+    try:
+        calls = json.loads(line)["beat"]
+    except (ValueError, KeyError, TypeError):
+        return 1
+    return calls if isinstance(calls, int) and calls >= 1 else 1
+
+
 class _Progress:
     """What the worker said so far, and when it last said anything (read by the watchdog)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.last_at = time.monotonic()
+        self.calls = 1            # candidate calls the last line said may run before the next (`Watchdog`)
         self.watched = False      # the candidate is loaded: silence now means a call that never returned
         self.marks: list[tuple[str, float]] = [("start", self.last_at)]   # (phase, when it began)
         self.ready = threading.Event()   # the worker finished its imports and waits for its job
@@ -162,6 +209,7 @@ class _Progress:
                 with self._lock:
                     self.lines.append(line)
                     self.last_at = time.monotonic()
+                    self.calls = _declared_calls(line)
                     self.watched = self.watched or any(p in line for p in _WATCHED_PHASES)
                     if line.startswith('{"phase"'):
                         self._mark(line)
@@ -210,21 +258,27 @@ def _ahead(line: str) -> dict[str, Any] | None:
         return None
 
 
-def _wait(proc: subprocess.Popen, progress: _Progress, timeout_s: float, watchdog_s: float | None) -> str | None:
-    """Waits for the worker; "timeout" past the job's wall limit, "hung" after `watchdog_s` of silence
-    once candidate code runs, None when it ended by itself."""
+WATCH_EVERY_S = 0.1   # how often the parent looks at the worker: a hang is reported at most this late
+
+
+def _wait(proc: subprocess.Popen, progress: _Progress, timeout_s: float,
+          watchdog: Watchdog | None) -> tuple[str | None, dict[str, Any] | None]:
+    """Waits for the worker: ("timeout", None) past the job's wall limit, ("hung", its record) once
+    candidate code runs and stays silent past the `watchdog`'s limit, (None, None) when it ended by
+    itself."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            proc.wait(timeout=0.1)
-            return None
+            proc.wait(timeout=WATCH_EVERY_S)
+            return None, None
         except subprocess.TimeoutExpired:
             pass
         now = time.monotonic()
         if now > deadline:
-            return "timeout"
-        if watchdog_s is not None and progress.watched and now - progress.last_at > watchdog_s:
-            return "hung"
+            return "timeout", None
+        hang = watchdog.hang(progress, now) if watchdog is not None else None
+        if hang is not None:
+            return "hung", hang
 
 
 def confinement(scratch: Path, readable: Sequence[str], hidden: Sequence[str] = (),
@@ -478,7 +532,8 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
         if beside:
             progress.on_phase = lambda name: _pause_all(beside) if name in TIMED_PHASES else None
         t0 = worker.go()
-        stopped = _wait(proc, progress, cfg.timeout_s, job.get("watchdog_s"))
+        watchdog = Watchdog(**job["watchdog"]) if job.get("watchdog") else None
+        stopped, hang = _wait(proc, progress, cfg.timeout_s, watchdog)
         timed_out = stopped is not None
         leftover = _kill_group(proc.pid)
         proc.wait()
@@ -493,7 +548,7 @@ def run_job(job: dict[str, Any], artifact: bytes | None, artifact_name: str, spe
             raise confine.ConfinementError(f"the sandbox could not be set up: {tail.strip()[-600:]}")
         prestart = round(progress.ready_at - worker.started_at, 3) if standby and progress.ready_at else None
         return SandboxResult(payload, proc.returncode, timed_out, phase, seconds, tail,
-                             leftover and not timed_out, job.get("watchdog_s") if stopped == "hung" else None,
+                             leftover and not timed_out, hang,
                              progress.phase_seconds(t0 + seconds), "standby" if standby else "fresh", prestart,
                              worker.forked, progress.ahead)
     finally:

@@ -250,6 +250,7 @@ def interleaved(
     seed: int = 0,
     refresh: Callable[[int], None] | None = None,
     before_recheck: Callable[[int], None] | None = None,
+    beat: Callable[[int], None] | None = None,
 ) -> Samples:
     """Warm up, then take cfg.samples interleaved samples of every side.
 
@@ -261,12 +262,17 @@ def interleaved(
     some calls is caught because it cannot know which calls are checked.  `before_recheck(i)` runs
     before such a call (outside the timed region): it fixes the reference and the inputs as they
     were, so a call that rewrites its inputs (zeros in, zeros out) cannot pass the check.
+    `beat(calls)` runs before every call, outside the timed region, with the calls that may run
+    before the host next waits for the device (the parent's watchdog allows that many): one for a
+    synchronised call, a whole batch of `sync_every` for a queued one.
     """
+    beat = beat or (lambda calls: None)
     rng = random.Random(seed)
     clock = IntervalClock(device, cfg, flusher, rng)
     names = list(sides)
     for w in range(cfg.warmup):
         for name in names:
+            beat(1)
             clock.measure(sides[name], (w + 1) % pool_size)
     unused: list[int] = []
 
@@ -310,6 +316,7 @@ def interleaved(
             checked = recheck is not None and name == recheck_side and k in checks
             if checked and before_recheck is not None:
                 before_recheck(i)
+            beat(cfg.sync_every if queued else 1)
             if queued:
                 interval, out = clock.enqueue(sides[name], i)
                 pending.append((name, i, interval))
@@ -330,7 +337,9 @@ def interleaved(
         for name in names:
             gaps = []
             for g in range(cfg.sync_guard_samples):
+                beat(1)
                 guarded, _ = clock.measure(sides[name], next_set(), guard=True)
+                beat(1)
                 plain, _ = clock.measure(sides[name], next_set())
                 gaps.append(guarded - plain)
             result.guard_gap_ms[name] = median(gaps)

@@ -88,16 +88,18 @@ def error_verdict(exc: BaseException, violations: sandbox_policy.Violations | No
 class Reporter:
     """Phase lines, heartbeats and the verdict, as JSON lines on the pipe the parent reads.
 
-    The parent's watchdog kills the process when no line arrives for the job's `watchdog_s` once the
-    candidate is loaded: a call that never returns is a `timeout` in seconds, not minutes.
+    The parent's watchdog (`sandbox.Watchdog`) kills the process when no line arrives within the
+    allowance of the candidate calls the last line said were coming, once the candidate is loaded:
+    a call that never returns is `hung` within seconds of when it should have ended.
     """
 
-    BEAT_EVERY_S = 0.2   # at most one heartbeat line this often (they are written outside timed regions)
+    BEAT_EVERY_S = 0.2   # heartbeat lines at most this often (written outside timed regions), see `beat`
 
     def __init__(self, fd: int):
         self.out = os.fdopen(fd, "w", buffering=1)
         self.violations: sandbox_policy.Violations | None = None
         self._last_beat = 0.0
+        self._last_calls = 0
 
     def phase(self, name: str) -> None:
         self.out.write(json.dumps({"phase": name}) + "\n")
@@ -110,12 +112,16 @@ class Reporter:
         """Imports done: the process can take its job."""
         self.out.write(READY_LINE)
 
-    def beat(self) -> None:
-        """Before each candidate call: proof that the previous one returned."""
+    def beat(self, calls: int = 1) -> None:
+        """Before candidate calls and after they return: proof that the previous ones returned, and
+        how many candidate calls may run before the next line (the parent allows each one
+        `hang_factor` baseline calls).  Written at most every `BEAT_EVERY_S`, unless it announces
+        more calls than the last line written did: a skipped line may leave the parent allowing
+        more than the work now in flight, never less."""
         now = time.monotonic()
-        if now - self._last_beat >= self.BEAT_EVERY_S:
-            self._last_beat = now
-            self.out.write('{"beat": 1}\n')
+        if now - self._last_beat >= self.BEAT_EVERY_S or calls > self._last_calls:
+            self._last_beat, self._last_calls = now, calls
+            self.out.write(f'{{"beat": {calls}}}\n')
 
     def compiled(self, job: dict[str, Any]) -> None:
         """Lists the kept compile caches (path -> sha256) while only the judge's code has run: the
@@ -223,12 +229,23 @@ def recheck_call(problem: Any, s: InputSet, outs: list[Any], inputs_before: list
         raise Rejected(Reason.STALE_OUTPUT, f"a timed call's output was wrong: {cmp.detail}")
 
 
-def _no_beat() -> None:
+Beat = Callable[[int], None]   # `Reporter.beat`: a sign of life, and the candidate calls now coming
+
+
+def _no_beat(calls: int = 1) -> None:
     """The heartbeat of callers without a watchdog (benchmarks timing trusted code)."""
 
 
-def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int,
-                beat: Callable[[], None] = _no_beat) -> dict[str, float]:
+def call_weight(problem: Any, s: InputSet) -> int:
+    """How many of the task's calls a candidate call on `s` counts as for the watchdog: one, or for
+    a set larger than the task's own (a variant shape) the square of the ratio of their bytes, a
+    generous bound on how the work of an operator grows with its inputs (a product of n x n
+    matrices: the ratio to the power 1.5)."""
+    nbytes = sum(x.numel() * x.element_size() for x in s.args if isinstance(x, torch.Tensor))
+    return max(1, math.ceil((nbytes / max(problem.set_bytes, 1)) ** 2))
+
+
+def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int, beat: Beat = _no_beat) -> dict[str, float]:
     """Fresh inputs from every distribution, poisoned outputs, inputs unchanged, guards intact."""
     dists = [d for d in DISTRIBUTIONS if d in cfg.correctness.distributions]
     worst_abs = worst_rel = 0.0
@@ -236,10 +253,11 @@ def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int,
     sets = [problem.make_set(dists[i % len(dists)], seed + 1000 + i) for i in range(cfg.correctness.num_input_sets)]
     for i, s in enumerate(sets + problem.variant_sets(seed + 2000)):
         before = snapshot(s.args)
-        beat()
+        beat(call_weight(problem, s))
         problem.prepare(s)
         outs = problem.call_candidate(s)
         sync(device)
+        beat(1)   # returned: the checks below are the worker's own work
         label = f"input set {i}" if i < len(sets) else f"variant shape {i - len(sets)}"
         cmp = check_correctness_call(problem, s, outs, before, label)
         worst_abs, worst_rel = max(worst_abs, cmp.max_abs_err), max(worst_rel, cmp.rel_norm_err)
@@ -247,15 +265,19 @@ def correctness(problem: Any, cfg: EvalConfig, device: str, seed: int,
             first = (s, [o.detach().clone() for o in outs])
     assert first is not None
     s0, outs0 = first
+    beat(1)
     problem.prepare(s0)
     again = problem.call_candidate(s0)
     sync(device)
+    beat(1)
     check_repeatable(problem, outs0, list(again))
     # Same buffers, new values: an output cache keyed on pointers answers with the old result.
     problem.refresh(s0, "uniform", torch.Generator(device=device).manual_seed(seed + 4000))
+    beat(1)
     problem.prepare(s0)
     reused = problem.call_candidate(s0)
     sync(device)
+    beat(1)
     check_fresh_values(problem, s0, list(reused))
     return {"max_abs_err": worst_abs, "rel_norm_err": worst_rel}
 
@@ -313,7 +335,7 @@ def own_kernels(job: dict[str, Any]) -> frozenset[str]:
 
 
 def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str | None,
-           candidate: bool, beat: Callable[[], None] = _no_beat) -> dict[str, Any]:
+           candidate: bool, beat: Beat = _no_beat) -> dict[str, Any]:
     n = pool_size(problem, device, cfg)
     dist = cfg.timing.input_distribution
     pool = [problem.make_set(dist, seed + 5000 + i) for i in range(n)]
@@ -324,8 +346,7 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
         problem.refresh(pool[i], dist, gen)
 
     def prepare(i: int) -> None:
-        """Before every call, outside the timed region: a heartbeat, then poison the outputs."""
-        beat()
+        """Before every call, outside the timed region: poison the outputs (`interleaved` beats)."""
         problem.prepare(pool[i])
 
     sides: dict[str, Side] = {}
@@ -349,7 +370,7 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
                           recheck_side="candidate" if candidate else None,
                           recheck=recheck if candidate else None,
                           recheck_calls=cfg.correctness.recheck_timed_calls, seed=seed, refresh=refresh,
-                          before_recheck=before_recheck if candidate else None)
+                          before_recheck=before_recheck if candidate else None, beat=beat)
     return {"samples_ms": samples.ms, "guard_gap_ms": samples.guard_gap_ms, "pool_sets": n,
             "rechecked": samples.rechecked, "sm_clock_mhz": samples.sm_clock_mhz}
 
@@ -483,12 +504,15 @@ def _run_job(job: dict[str, Any], cfg: EvalConfig, scratch: Path, report: Report
     report.phase("correctness")
     result.update(correctness(problem, cfg, device, seed, report.beat))
     if dispatch_audit_wanted(problem.kind, task.allow_torch_ops, cfg):
+        report.beat()
         audit_torch_ops(problem, cfg, device, seed)
+        report.beat()
     if launch_evidence_wanted(task.allow_torch_ops, cfg, device):
         report.phase("launches")
         s = problem.make_set("normal", seed + 3500)
         report.beat()
         launches = record_launches(lambda: problem.call_candidate(s), lambda: sync(device))
+        report.beat()
         result["launches"] = judge_launches(launches, own, cfg.launches.max_foreign_share)
     check_identities(identities)
     check_torch_threads(torch_threads)

@@ -17,7 +17,7 @@ import yaml
 from rl_kernels.config import EvalConfig, load_config
 from rl_kernels.evaluation.build import build_many
 from rl_kernels.evaluation.evaluator import Evaluator
-from rl_kernels.evaluation.sandbox import group_members
+from rl_kernels.evaluation.sandbox import WATCH_EVERY_S, group_members
 from rl_kernels.tasks import get_task
 
 pytestmark = pytest.mark.gpu
@@ -31,6 +31,13 @@ HONEST = [
     ("hgemm/cute_sm90.cu", "hgemm/fp32/4096_4096_4096"),
     ("hgemm/cutlass_device_api.cu", "hgemm/fp32/1024_1024_1024"),
 ]
+
+
+# Hangs on the device, and their slow but honest control (hgemm/fp32/1024^3; tests/candidates/sandbox/).
+HANGS_CUDA = ("hang_first_call_cuda.cu", "hang_at_call_cuda.cu")
+# How late past its limit a hang's verdict may still come: the parent's poll, its kill, and the
+# driver tearing down a context whose kernel still spins.  The limit itself comes from the config.
+LATE_S = 2.0
 
 
 def _cuda_hacks() -> list[dict]:
@@ -49,7 +56,8 @@ def cuda_config(tmp_path_factory: pytest.TempPathFactory) -> EvalConfig:
                       [f"eval.build.cache_dir={cache}", f"eval.build.cuda_archs=[{arch}]"]).eval
     items = [(get_task(t), (CANDIDATES / p).read_text()) for p, t in HONEST]
     items += [(get_task(e["task"]), (CANDIDATES / "hacks" / e["file"]).read_text()) for e in _cuda_hacks()]
-    items += [(get_task("hgemm/fp32/1024_1024_1024"), (CANDIDATES / "sandbox" / "illegal_address_cuda.cu").read_text())]
+    items += [(get_task("hgemm/fp32/1024_1024_1024"), (CANDIDATES / "sandbox" / name).read_text())
+              for name in ("illegal_address_cuda.cu", *HANGS_CUDA, "slow_honest_cuda.cu")]
     build_many(items, cfg, jobs=os.cpu_count() or 1)
     return cfg
 
@@ -329,3 +337,43 @@ def test_a_candidate_that_corrupts_its_context_leaves_the_next_one_untouched(cud
     assert good.correct, good.detail[-800:]
     assert good.extra["workers"][0] == "standby"
     evaluator.close()
+
+
+@pytest.mark.parametrize("name, phase, boundary", [("hang_first_call_cuda.cu", "correctness", "split"),
+                                                   ("hang_at_call_cuda.cu", "timing", "split"),
+                                                   ("hang_at_call_cuda.cu", "timing", "shared")])
+def test_a_hang_on_the_device_is_reported_once_the_calls_in_flight_should_have_ended(
+        name: str, phase: str, boundary: str, cuda_config: EvalConfig) -> None:
+    """A kernel that never ends, at the first call (one call in flight) or from the 40th on (a
+    runner window of `window_calls`, or under the shared boundary a queued batch of `sync_every`),
+    is `hung` the floor after those calls should have ended at the slowest speed still measured;
+    the next evaluation on the same evaluator runs on a working device."""
+    cfg = cuda_config.model_copy(deep=True)
+    cfg.sandbox.boundary = boundary
+    cfg.sandbox.timeout_s = 120
+    evaluator = Evaluator(cfg)
+    task = get_task("hgemm/fp32/1024_1024_1024")
+    m = evaluator.evaluate(task, (CANDIDATES / "sandbox" / name).read_text())
+    assert m.rejected == "hung" and f"in phase {phase}" in m.detail, (m.rejected, m.detail[-800:])
+    in_flight = 1 if phase == "correctness" else cfg.timing.window_calls if boundary == "split" else cfg.timing.sync_every
+    allowed = cfg.sandbox.hang_floor_s + in_flight * cfg.sandbox.hang_factor * m.baselines_ms[m.baseline] / 1e3
+    hang = m.extra["hang"]
+    assert hang["calls"] == in_flight and hang["limit_s"] == pytest.approx(allowed, abs=1e-3), hang
+    assert allowed < hang["silent_s"] <= allowed + WATCH_EVERY_S + LATE_S, hang
+    assert m.eval_seconds < cfg.sandbox.timeout_s
+    good = evaluator.evaluate(task, (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text())
+    assert good.correct, good.detail[-800:]
+    evaluator.close()
+
+
+@pytest.mark.parametrize("boundary", ["split", "shared"])
+def test_a_slow_honest_kernel_on_the_device_is_measured_not_killed(boundary: str, cuda_config: EvalConfig) -> None:
+    """The tiled honest kernel launched twice per call (~0.02x of cuBLASLt): measured correct at its
+    own speed under either boundary, never reported hung."""
+    cfg = cuda_config.model_copy(deep=True)
+    cfg.sandbox.boundary = boundary
+    m = Evaluator(cfg).evaluate(get_task("hgemm/fp32/1024_1024_1024"),
+                                (CANDIDATES / "sandbox" / "slow_honest_cuda.cu").read_text())
+    assert m.rejected is None and m.correct, m.detail[-800:]
+    assert "hang" not in m.extra
+    assert 0.005 <= m.speedup <= 0.05, m.speedup

@@ -12,6 +12,8 @@ import pytest
 from rl_kernels.config import EvalConfig
 from rl_kernels.evaluation.evaluator import Evaluator
 from rl_kernels.evaluation.reward import correct_reward, observed_speedups
+from rl_kernels.evaluation.sandbox import WATCH_EVERY_S
+from rl_kernels.evaluation.worker import Reporter
 from rl_kernels.tasks import get_task
 from rl_kernels.types import Measurement
 
@@ -33,7 +35,7 @@ def _at_most_1x(m: Measurement, cfg: EvalConfig) -> float:
 
 @pytest.mark.parametrize("name, reason, detail", [
     ("segfault.cpp", "crash", "SIGSEGV"),
-    ("hang.cpp", "timeout", "did not return"),
+    ("hang.cpp", "hung", "did not return"),
     ("huge_alloc.cpp", "out_of_memory", ""),
     ("throws.cpp", "runtime_error", "this kernel refuses to run: M=128"),   # and the line that raised it:
     ("syntax_error.cpp", "compile_error", "expected primary-expression"),
@@ -51,13 +53,68 @@ def test_failure_costs_only_itself(name: str, reason: str, detail: str, cpu_conf
     assert detail in bad.detail
     if reason == "runtime_error":   # the kernel's error surfaced in the runtime's ctypes call
         assert "raised at runtime.py:" in bad.detail and " in hgemm" in bad.detail, bad.detail
-    if name == "hang.cpp":   # the watchdog, not the 25 s wall limit: the floor (3 s) after the last sign of life
+    if name == "hang.cpp":   # the watchdog, not the 25 s wall limit: the floor (3 s) and one call after the last sign of life
         assert bad.eval_seconds < cfg.sandbox.timeout_s, bad.eval_seconds
     assert bad.reward == cfg.reward.fail_reward
     good = evaluator.evaluate(task, _honest())
     assert good.correct and good.rejected is None, good.detail[-1500:]
     if reason != "compile_error":   # the bad one ran: the good one's worker, started when it ended, is untouched by it
         assert good.extra["workers"][0] == "standby"
+
+
+# Hangs and slow kernels: torch's fp16 matmul takes ~3.4 ms on 192^3 here, so one call's allowance
+# (hang_factor x that) is ~0.7 s and a timed window's ~7 s: the calls in flight decide, not the floor.
+HANG_TASK = "hgemm/fp32/192_192_192"
+# How late past its limit the verdict may still come: the parent's poll and kill, and its thread's
+# turn on a loaded 2-core host.  The limit itself is computed from the config.
+LATE_S = 1.0
+
+
+def _hang_config(cpu_config: EvalConfig) -> EvalConfig:
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.sandbox.hang_floor_s = 0.5   # small: the allowance of the calls in flight must carry the slow kernel
+    cfg.sandbox.timeout_s = 60
+    return cfg
+
+
+def _per_call_s(m: Measurement, cfg: EvalConfig) -> float:
+    """What the watchdog allows each candidate call: hang_factor times the baseline's median."""
+    return cfg.sandbox.hang_factor * m.baselines_ms[m.baseline] / 1e3
+
+
+@pytest.mark.parametrize("name, phase", [("hang_first_call_cpu.cpp", "correctness"),
+                                         ("hang_at_call_cpu.cpp", "timing")])
+def test_a_hang_is_reported_once_the_calls_in_flight_should_have_ended(name: str, phase: str,
+                                                                       cpu_config: EvalConfig) -> None:
+    """A kernel that never returns, at its first call (correctness: one call in flight) or at its
+    25th (a timed window of the runner: `window_calls` in flight), is `hung`: reported the floor
+    after those calls should have ended at the slowest speed still measured, in the phase it hung
+    in, long before the job's wall limit."""
+    cfg = _hang_config(cpu_config)
+    m = Evaluator(cfg).evaluate(get_task(HANG_TASK), (CANDIDATES / "sandbox" / name).read_text())
+    assert m.rejected == "hung" and "did not return" in m.detail and f"in phase {phase}" in m.detail, m.detail[-800:]
+    in_flight = 1 if phase == "correctness" else cfg.timing.window_calls
+    allowed = cfg.sandbox.hang_floor_s + in_flight * _per_call_s(m, cfg)
+    hang = m.extra["hang"]
+    assert hang["phase"] == phase and hang["calls"] == in_flight, hang
+    assert hang["limit_s"] == pytest.approx(allowed, abs=1e-3)
+    assert allowed < hang["silent_s"] <= allowed + WATCH_EVERY_S + LATE_S, hang
+    if phase == "correctness":   # from the phase's start to the kill: the one call, and no more
+        assert m.extra["phase_s"][phase] <= allowed + Reporter.BEAT_EVERY_S + WATCH_EVERY_S + LATE_S, m.extra["phase_s"]
+    assert m.eval_seconds < cfg.sandbox.timeout_s
+    assert m.reward == cfg.reward.fail_reward and not m.correct
+
+
+def test_a_slow_honest_kernel_is_measured_not_killed(cpu_config: EvalConfig) -> None:
+    """An honest kernel at ~0.02x (idle here, a window of its timed calls outlasts the floor plus
+    one call's allowance: what the watchdog allowed a window before it counted the calls in
+    flight) is measured correct at its own speed, under the same floor as the hangs above.  The
+    speed band is wide: host load slows torch's two threads more than the kernel's one."""
+    cfg = _hang_config(cpu_config)
+    m = Evaluator(cfg).evaluate(get_task(HANG_TASK), (CANDIDATES / "sandbox" / "slow_honest_cpu.cpp").read_text())
+    assert m.rejected is None and m.correct, m.detail[-800:]
+    assert "hang" not in m.extra
+    assert 0.008 <= m.speedup <= 0.06, m.speedup
 
 
 def test_cli_eval_json_contract(cpu_config: EvalConfig, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-// Never returns: the sandbox's wall timeout must kill it.
+// Never returns: the watchdog must report it `hung` long before the job's wall limit.
 #include <torch/extension.h>
 
 void hang_entry(torch::Tensor a, torch::Tensor b, torch::Tensor b_col_major, torch::Tensor c) {
