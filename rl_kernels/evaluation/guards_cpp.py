@@ -61,6 +61,8 @@ NATIVE_BANNED: dict[Reason, tuple[str, ...]] = {
         r"\bPy(?:Run|Import|Eval|Object_Call)\w*",
         r"\b(?:py|pybind11)::(?:module_?::import|eval|exec|eval_file|globals)\b",
         r"\b(?:cudaGetDriverEntryPoint|cuGetProcAddress)\w*",
+        # code loaded at run time (PTX, cubins, NVRTC, nvJitLink) is never scanned
+        r"\b(?:cuModuleLoad|cuLibraryLoad|cudaLibraryLoad|cuLinkAdd|cuLinkCreate|nvrtc|nvJitLink)\w*",
         r"__attribute__\s*\(\(\s*constructor",
     ),
     Reason.SIDE_STREAM: (
@@ -77,6 +79,20 @@ NATIVE_BANNED: dict[Reason, tuple[str, ...]] = {
         r"\bsetCurrentCUDAStream\b",
         r"\bCUDAStream\s*[({]",
         r"\bCUDAStream::UNCHECKED\b",
+    ),
+    Reason.CACHE_RESIDENCY: (
+        # The limit calls are refused whole: the persisting set-aside's limit can be passed by number.
+        r"\b(?:cudaDeviceSetLimit|cudaThreadSetLimit|cuCtxSetLimit)\b",
+        r"\b(?:cudaLimitPersistingL2CacheSize|CU_LIMIT_PERSISTING_L2_CACHE_SIZE)\b",
+        # Access-policy windows, by stream, launch or node attribute, and the fields that fill them.
+        r"\b(?:cudaStreamSetAttribute|cuStreamSetAttribute)\b",
+        r"\b(?:cudaAccessPolicyWindow|CUaccessPolicyWindow\w*|accessPolicyWindow|hitProp|missProp|hitRatio)\b",
+        r"\b(?:cudaAccessProperty\w*|CU_ACCESS_PROPERTY_\w+|\w*ATTRIBUTE_ACCESS_POLICY_WINDOW|"
+        r"cuda\w*AttributeAccessPolicyWindow)\b",
+        # libcu++'s access properties and PTX cache policies spelled as identifiers (cuda::ptx, CuTe).
+        r"\b(?:annotated_ptr|access_property|apply_access_property|associate_access_property|discard_memory|"
+        r"__nv_associate_access_property\w*)\b",
+        r"\b\w*(?:createpolicy|evict_last|EVICT_LAST|EvictLast)\w*",
     ),
     Reason.CUDA_GRAPH: (
         r"\bcudaGraph\w*",
@@ -126,6 +142,9 @@ _INTERPOSED_SYMBOL = re.compile(
 )
 _TORCH_NS_CALL = re.compile(r"\b(?:torch|at)::(?:\w+::)*([a-z_]\w*)\s*(?:<[^<>;]*>)?\s*\(")
 _METHOD_CALL = re.compile(r"(?:\.|->)\s*([A-Za-z_]\w*)\s*\(")
+# PTX cache policies in inline asm text: evict_last priorities, policies made by createpolicy, and
+# loads/stores that take a policy operand (whose 64-bit value can be written out by number).
+_ASM_CACHE_POLICY = re.compile(r"evict_last|createpolicy|L2::cache_hint", re.IGNORECASE)
 _ASM_SYSCALL = re.compile(r"\b(?:asm|__asm__|__asm)\b[^;]*?\b(syscall|sysenter|int\s+\$?0x80)\b")
 _SUSPICIOUS_PATHS = re.compile(r"(/proc/|/dev/|/sys/|/etc/|/tmp/|LD_PRELOAD)")
 _INCLUDE_PATH = re.compile(r"#\s*include\s*\"((?:/|\.\./)[^\"]*)\"")
@@ -170,6 +189,7 @@ REASON_PRIORITY: tuple[Reason, ...] = (
     Reason.TENSOR_SUBCLASS,
     Reason.SIDE_STREAM,
     Reason.CUDA_GRAPH,
+    Reason.CACHE_RESIDENCY,
     Reason.STALE_OUTPUT,
     Reason.NO_CUSTOM_KERNEL,
 )
@@ -305,6 +325,9 @@ def _scan_raw(original: str, literals: list[tuple[int, str]], lines: _Lines, whe
                       "an include by absolute or parent path reads files outside the build",
                       f"include headers by name (<...>) or paste the code in — {NO_SETTING}")
               for m in _INCLUDE_PATH.finditer(original)]
+    for start, text in _joined_literals(original, literals):
+        found += [Finding(Reason.CACHE_RESIDENCY, m.group(0), lines(start), where)
+                  for m in _ASM_CACHE_POLICY.finditer(text)]
     for start, text in literals:
         for m in _SUSPICIOUS_PATHS.finditer(text):
             reason = Reason.MONKEYPATCH if m.group(1) == "LD_PRELOAD" else Reason.FILE_ACCESS
@@ -312,6 +335,23 @@ def _scan_raw(original: str, literals: list[tuple[int, str]], lines: _Lines, whe
                                  "a system path or LD_PRELOAD in a string reaches outside the build",
                                  f"remove the string — {NO_SETTING}"))
     return found
+
+
+_BETWEEN_LITERALS = re.compile(r'^["\s]*(?:u8|[uUL])?R?"?$')
+
+
+def _joined_literals(original: str, literals: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Adjacent string literals joined as the compiler joins them (`"evict_" "last"` is one string),
+    each run with the offset of its first literal."""
+    runs: list[tuple[int, str]] = []
+    end = -1
+    for start, text in literals:
+        if runs and _BETWEEN_LITERALS.match(original[end:start]):
+            runs[-1] = (runs[-1][0], runs[-1][1] + text)
+        else:
+            runs.append((start, text))
+        end = start + len(text)
+    return runs
 
 
 def _function_scopes(code: str) -> list[tuple[int, int]]:

@@ -18,6 +18,7 @@ class Reason(str, Enum):
     FILE_ACCESS = "file_access"
     NETWORK_ACCESS = "network_access"
     CUDA_GRAPH = "cuda_graph"
+    CACHE_RESIDENCY = "cache_residency"          # L2 lines kept across calls (persisting set-aside, evict_last)
     NO_CUSTOM_KERNEL = "no_custom_kernel"        # work done by torch/ATen/cuBLAS instead of own kernel
     FORBIDDEN_FLAG = "forbidden_flag"            # a compiler/linker flag outside the allow list
     SHAPE_HARDCODED = "shape_hardcoded"

@@ -44,6 +44,11 @@ REASON_TEXT: dict[Reason, tuple[str, str]] = {
     Reason.NETWORK_ACCESS: ("a candidate may not reach the network", f"remove it — {NO_SETTING}"),
     Reason.CUDA_GRAPH: ("a captured CUDA graph replays work the timer never sees launched",
                         f"launch your kernels directly — {NO_SETTING}"),
+    Reason.CACHE_RESIDENCY: ("lines kept resident in L2 across calls (the persisting set-aside, an evict_last or "
+                             "other cache policy) survive the flush before each timed call, so the next call "
+                             "reads a warm cache the protocol rules out",
+                             f"load and store with default caching: every timed call starts from a flushed L2 — "
+                             f"{NO_SETTING}"),
     Reason.NO_CUSTOM_KERNEL: ("torch or a library does the work instead of your kernel", TORCH_FIX),
     Reason.FORBIDDEN_FLAG: ("compiler and linker flags are limited to an allow list (rl_kernels/evaluation/flags.py)",
                             f"drop the flag — {NO_SETTING}"),

@@ -119,6 +119,16 @@ def test_string_trick_does_not_hide_code() -> None:
     assert _hgemm(body).reason is Reason.SIDE_STREAM
 
 
+def test_default_and_streaming_cache_operators_are_legit() -> None:
+    """Per-load caching that keeps nothing across calls (read-only path, streaming, evict_first) passes."""
+    body = ("float x = __ldg(p); float y = __ldcs(p); __stcs(q, x + y);\n"
+            "  asm volatile(\"ld.global.L1::evict_first.f32 %0, [%1];\" : \"=f\"(x) : \"l\"(p));\n"
+            "  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 1 << 16);\n"
+            "  const char* note = \"keep the last tile\";")
+    verdict = _hgemm(body)
+    assert verdict.reason is None, verdict.detail
+
+
 def test_current_stream_is_legit() -> None:
     body = ("cudaStream_t stream = at::cuda::getCurrentCUDAStream();\n"
             "  at::cuda::CUDAStream s2 = at::cuda::getCurrentCUDAStream();")
@@ -159,6 +169,19 @@ def test_reason_names_token_and_line() -> None:
         ("auto y = torch::nn::functional::relu(a);", Reason.NO_CUSTOM_KERNEL),
         ("setenv(\"CUDA_LAUNCH_BLOCKING\", \"1\", 1);", Reason.MONKEYPATCH),
         ("auto m = py::module_::import(\"torch\");", Reason.DYNAMIC_CODE),
+        ("nvrtcProgram prog; nvrtcCreateProgram(&prog, src, 0, 0, 0, 0);", Reason.DYNAMIC_CODE),
+        ("CUmodule mod; cuModuleLoadData(&mod, ptx);", Reason.DYNAMIC_CODE),
+        ("cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 1 << 20);", Reason.CACHE_RESIDENCY),
+        ("cudaDeviceSetLimit(static_cast<cudaLimit>(6), 1 << 20);", Reason.CACHE_RESIDENCY),
+        ("cudaStreamAttrValue v = {}; v.accessPolicyWindow.hitRatio = 1.0f;", Reason.CACHE_RESIDENCY),
+        ("cudaLaunchAttribute at; at.id = cudaLaunchAttributeAccessPolicyWindow;", Reason.CACHE_RESIDENCY),
+        ("cuda::annotated_ptr<const float, cuda::access_property::persisting> p(ptr);", Reason.CACHE_RESIDENCY),
+        ("auto hint = cute::TMA::CacheHintSm90::EVICT_LAST;", Reason.CACHE_RESIDENCY),
+        ("asm volatile(\"prefetch.global.L2::evict_last [%0];\" :: \"l\"(p));", Reason.CACHE_RESIDENCY),
+        ("asm volatile(\"ld.global.L2::\" \"evi\" \"ct_last.f32 %0, [%1];\" : \"=f\"(x) : \"l\"(p));",
+         Reason.CACHE_RESIDENCY),
+        ("asm volatile(\"ld.global.L2::cache_hint.f32 %0, [%1], %2;\" : \"=f\"(x) : \"l\"(p), \"l\"(pol));",
+         Reason.CACHE_RESIDENCY),
     ],
 )
 def test_native_banned_constructs(body: str, reason: Reason) -> None:
