@@ -20,7 +20,8 @@ from rl_kernels.evaluation.correctness import Tolerance, as_output_list, dtype_t
 from rl_kernels.evaluation.inputs import refill_, resample_inputs, to_device, to_reference_precision
 from rl_kernels.types import HgemmSpec, Task
 
-GUARD_ELEMS = 4096
+GUARD_ELEMS = 4096   # the least guard on each side of a buffer, in elements
+GUARD_TILE = 256     # the largest tile (rows, and columns of the last row) a kernel may round a dimension up to
 _GUARD_BITS = 0x5A5A  # fp16 bit pattern 0x5A5A = 203.25: any write changes it
 
 
@@ -32,19 +33,30 @@ class InputSet:
     reference: list[torch.Tensor] | None = None
 
 
+def guard_elems(shape: tuple[int, ...]) -> int:
+    """Elements of guard on each side of a row-major buffer of `shape`: a whole tile of rows and one
+    of columns (`GUARD_TILE`), at least `GUARD_ELEMS`.  A tiled kernel that skips its bounds checks
+    rounds M, N or K up to its tile and so writes up to a tile of rows past C's end and reads as far
+    past A's or B's; all of it lands in guard, where a write is seen and a read gets NaN."""
+    row = shape[-1] if len(shape) > 1 else 1
+    return max(GUARD_ELEMS, GUARD_TILE * row + GUARD_TILE)
+
+
 def _guarded(numel: int, shape: tuple[int, ...], dtype: torch.dtype, device: str, fill: float | None):
-    """A tensor inside a larger buffer with guard regions on both sides.
+    """A tensor inside a larger buffer with guard regions of `guard_elems(shape)` on both sides.
 
     Guards around inputs hold NaN, so a kernel that reads out of bounds produces NaN; guards around
-    outputs hold a bit pattern, so a kernel that writes out of bounds is seen afterwards.
+    outputs hold a bit pattern, so a kernel that writes out of bounds is seen afterwards.  Nothing
+    rewrites a guard, so a mark left by any call stays until the judge reads the guards.
     """
-    buf = torch.empty(numel + 2 * GUARD_ELEMS, dtype=dtype, device=device)
+    pad = guard_elems(shape)
+    buf = torch.empty(numel + 2 * pad, dtype=dtype, device=device)
     if fill is None:
         buf.view(torch.int16).fill_(_GUARD_BITS)
     else:
         buf.fill_(fill)
-    body = buf[GUARD_ELEMS:GUARD_ELEMS + numel].view(shape)
-    return body, [buf[:GUARD_ELEMS], buf[GUARD_ELEMS + numel:]]
+    body = buf[pad:pad + numel].view(shape)
+    return body, [buf[:pad], buf[pad + numel:]]
 
 
 def hgemm_relnorm(c: CorrectnessConfig, accumulator: str, k: int) -> float:

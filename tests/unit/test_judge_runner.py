@@ -19,7 +19,7 @@ import torch
 from rl_kernels.config import SandboxConfig, TimingConfig
 from rl_kernels.evaluation import channel, sandbox, shared
 from rl_kernels.evaluation.judge import RunnerProcess, check_clock
-from rl_kernels.evaluation.problems import GUARD_ELEMS, InputSet, _guarded
+from rl_kernels.evaluation.problems import InputSet, _guarded, guard_elems
 from rl_kernels.evaluation.reasons import Reason, Rejected
 
 
@@ -58,7 +58,7 @@ def test_a_shared_set_is_the_same_memory_in_both_processes_views_and_guards_incl
 
     assert _child(runner_side) == 0
     assert torch.equal(s.outputs[0], torch.full((2, 3), 5.0, dtype=torch.float16))
-    assert float(s.guards[-1][0]) == 9.0 and len(s.guards[-1]) == GUARD_ELEMS   # the judge sees the overrun
+    assert float(s.guards[-1][0]) == 9.0 and len(s.guards[-1]) == guard_elems((2, 3))   # the judge sees the overrun
 
 
 def test_the_runner_cannot_send_pickles_or_oversized_reports() -> None:
@@ -206,3 +206,4 @@ def test_a_device_that_cannot_be_set_up_ahead_is_left_to_the_job(capfd: pytest.C
 
     assert _child(fails) == 0
     assert "Traceback" in capfd.readouterr().err
+
