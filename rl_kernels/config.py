@@ -289,7 +289,8 @@ class TimingConfig(_Strict):
         "cpu pool only needs to defeat the caches"))
     max_pool_bytes: int = Field(8 * 1024**3, gt=0, description=(
         "memory cap (bytes) of the timing pool, which bounds the set count for tasks with large inputs (at "
-        "least 2 sets); higher allows bigger pools on big tasks at the price of the timed device's memory"))
+        "least 2 sets; the fresh values drawn for the pool's inputs, kept apart until each call, take up to as "
+        "much again); higher allows bigger pools on big tasks at the price of the timed device's memory"))
     cpu_cache_bytes: int = Field(64 * 1024 * 1024, gt=0, description=(
         "cpu backend: the CPU cache size (bytes) timing must defeat: the pool covers pool_l2_multiple times "
         "it and the flush writes twice it before each kernel-mode call; set it to the host's last-level cache "

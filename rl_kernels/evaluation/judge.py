@@ -8,6 +8,10 @@ same sandbox, which loads it behind the audit hook and the seccomp filter.  Betw
 
 - Input sets live in memory both map (`shared.py`); the judge writes the inputs, poisons the output
   buffers, and after each call reads the outputs and the guards in place, in its own process.
+- A timed call's input values exist in that memory only from right before the call: the judge
+  draws them into its own memory and copies set j in once call j-1 has ended (the runner asks for
+  each call's values; on cuda the copy and the call are ordered by two inter-process events, no
+  host sync), so a candidate that reads every set it can reach finds no later call's values.
 - The judge alone decides which sets are used when and which timed calls are re-checked (fresh OS
   entropy the runner never sees); it checks the outputs of those calls after the runner reported.
 - The candidate's fine clock (CUDA events, or the host clock on cpu) is in the runner.  The judge
@@ -48,7 +52,7 @@ from rl_kernels.evaluation.problems import InputSet
 from rl_kernels.evaluation.reasons import CLOCK_GAP, Reason, Rejected
 from rl_kernels.evaluation.sandbox import killed_by
 from rl_kernels.evaluation.shared import SharedSets, replicate, share
-from rl_kernels.evaluation.timing import Flusher, IntervalClock, Side, median, sm_clock_mhz
+from rl_kernels.evaluation.timing import Flusher, FreshValues, IntervalClock, Side, median, one_thread, sm_clock_mhz
 from rl_kernels.evaluation.launches import Launch, dispatch_audit_wanted, judge_launches, launch_evidence_wanted
 from rl_kernels.evaluation.worker import (Beat, cache_bytes, call_weight, check_correctness_call, check_fresh_values,
                                           check_repeatable, own_kernels, pool_size, recheck_call,
@@ -91,13 +95,28 @@ class RunnerProcess:
         self.pid = pid
         self.returncode: int | None = None
 
-    def ask(self, order: dict[str, Any], fds: list[int] = ()) -> dict[str, Any]:
-        """Sends one order and returns the report; a refusal or a dead runner raises `Rejected`."""
+    def ask(self, order: dict[str, Any], fds: list[int] = (), before_call: Callable[[int], None] | None = None,
+            calls: int = 0) -> dict[str, Any]:
+        """Sends one order and returns the report; a refusal or a dead runner raises `Rejected`.
+
+        A timed order (`before_call` given) makes `calls` candidate calls, and the runner asks
+        before each (`{"next": true}`); `before_call(k)` then writes call k's input values and the
+        runner is told to go on.  A runner that asks for more calls, or answers without having
+        asked once per call, fails the job (`crash`): no call runs on values not written for it."""
+        asked = 0
         try:
             send_order(self.sock, order, list(fds))
             reply = recv_report(self.sock)
+            while "next" in reply and "reject" not in reply and before_call is not None and asked < calls:
+                before_call(asked)
+                asked += 1
+                send_order(self.sock, {"op": "go"})
+                reply = recv_report(self.sock)
         except (ChannelClosed, OSError, ValueError) as exc:
             raise self._death(str(exc)) from None
+        if "reject" not in reply and ("next" in reply or asked != calls):
+            raise Rejected(Reason.CRASH, f"the runner asked for input values {asked + ('next' in reply)} "
+                                         f"times for {calls} timed calls")
         if "reject" in reply:
             try:
                 reason = Reason(reply["reject"])
@@ -168,13 +187,15 @@ def with_output_buffers(problem: Any, sets: list[InputSet]) -> None:
 
 
 def _poison(s: InputSet) -> None:
-    """Before the runner calls on s: an output that is never written reads as NaN."""
+    """Before the runner calls on s: an output that is never written reads as NaN (on one thread
+    on cpu: `timing.one_thread`)."""
     for o in s.outputs:
-        o.fill_(float("nan"))
+        one_thread(lambda a: a.fill(float("nan")), lambda: o.fill_(float("nan")), o)
 
 
-def _export(runner: RunnerProcess, tag: str, shared_sets: SharedSets) -> None:
-    runner.ask({"op": "attach", "tag": tag, "descriptor": shared_sets.descriptor}, shared_sets.fds)
+def _export(runner: RunnerProcess, tag: str, shared_sets: SharedSets, events: dict[str, bytes] | None = None) -> None:
+    runner.ask({"op": "attach", "tag": tag, "descriptor": shared_sets.descriptor, "events": events or {}},
+               shared_sets.fds)
     shared_sets.close_fds()
 
 
@@ -227,13 +248,19 @@ class SplitEvaluation:
         self.check_sets = checks + p.variant_sets(self.seed + 2000)
         with_output_buffers(p, self.check_sets)
         _export(self.runner, "check", share(self.check_sets, self.device))
-        # The timing pool: copies of one set (the timing loop gives every set fresh values before
-        # its first timed call, so the copies never serve a measured call with equal values).
+        # The timing pool: copies of one set (every timed call gets fresh values written right
+        # before it, so the copies never serve a measured call with equal values).
         template = p.make_set(cfg.timing.input_distribution, self.seed + 5000)
         with_output_buffers(p, [template])
         pool = replicate(template, pool_size(p, self.device, cfg), self.device)
         self.pool = pool.sets
-        _export(self.runner, "pool", pool)
+        events: dict[str, bytes] = {}
+        if self.device == "cuda":
+            # `called`: the runner records it after each timed call, the judge's copy of the next
+            # call's values waits for it; `copied`: the other way round.  Both are the judge's.
+            self.called, self.copied = torch.cuda.Event(interprocess=True), torch.cuda.Event(interprocess=True)
+            events = {"called": self.called.ipc_handle(), "copied": self.copied.ipc_handle()}
+        _export(self.runner, "pool", pool, events)
 
     def _ask(self, order: dict[str, Any], calls: int) -> dict[str, Any]:
         """One order that makes the runner call the candidate `calls` times (as the watchdog counts
@@ -288,22 +315,23 @@ class SplitEvaluation:
         tc = cfg.timing
         n = len(self.pool)
         dist = tc.input_distribution
-        gen = torch.Generator(device=device).manual_seed(self.seed + 7000)
+        # Fresh values drawn into the judge's own memory, never mapped by the runner; each set's are
+        # copied into it right before its call (`write`), on both sides alike.
+        self.fresh = FreshValues(p, self.pool, dist, torch.Generator(device=device).manual_seed(self.seed + 7000))
         unused: list[int] = []
 
         def take(count: int) -> list[int]:
-            """`count` distinct sets no call has seen since their last refresh (the whole pool is
-            refreshed first when fewer are left, so no window sees one set twice)."""
+            """`count` distinct sets no call has seen since the last draw (fresh values for the whole
+            pool are drawn first when fewer are left, so no window sees one set twice)."""
             if len(unused) < count:
-                for s in self.pool:
-                    p.refresh(s, dist, gen)
-                    _poison(s)
+                self.fresh.draw()
                 sync(device)
                 unused[:] = range(n)
             return [unused.pop(rng.randrange(len(unused))) for _ in range(count)]
 
         def prepare(i: int) -> None:
             self.beat(1)
+            self.fresh.write(i)
             p.prepare(self.pool[i])
 
         base = Side(run=lambda i: p.call_baseline(self.baseline, self.pool[i]), prepare=prepare)
@@ -321,11 +349,15 @@ class SplitEvaluation:
                 times = [clock.measure(base, i)[0] for i in sets]
             return times, time.monotonic() - t0
 
-        def candidate_window(sets: list[int]) -> tuple[list[float], float]:
+        def candidate_window(sets: list[int], checked: dict[int, list[Any]] | None = None) -> tuple[list[float], float]:
+            """The runner's calls on `sets`, each given its values when the one before has ended;
+            the outputs of the calls in `checked` are taken as they are when the runner asks for
+            the next call's values (a call cannot finish its work later, once it saw them)."""
             self.beat(len(sets))
             self.runner.resume()
             t0 = time.monotonic()
-            reply = self.runner.ask({"op": "run", "tag": "pool", "sets": sets, "timed": True})
+            reply = self.runner.ask({"op": "run", "tag": "pool", "sets": sets, "timed": True},
+                                    before_call=self._values_for(sets, checked), calls=len(sets))
             wall = time.monotonic() - t0
             self.runner.stop()
             self.beat(1)
@@ -336,11 +368,14 @@ class SplitEvaluation:
                 raise Rejected(Reason.TIMER_PATCHED, f"the runner reported {what} times for {len(sets)} calls")
             return [float(x) for x in times], wall
 
-        # Warm-up on both sides (not recorded), the runner's first so it is stopped during the judge's.
-        warm = [(w + 1) % n for w in range(tc.warmup)]
-        if warm:
-            candidate_window(warm)
-            baseline_window(warm)
+        # Warm-up on both sides (not recorded), the runner's first so it is stopped during the judge's;
+        # its calls get fresh values like every timed call.
+        for window in (candidate_window, baseline_window):
+            left = tc.warmup
+            while left > 0:
+                count = min(tc.window_calls, n, left)
+                window(take(count))
+                left -= count
         late = range(tc.samples // 2, tc.samples)
         checks = set(rng.sample(late, k=min(cfg.correctness.recheck_timed_calls, len(late))))
         ms: dict[str, list[float]] = {"candidate": [], self.baseline: []}
@@ -357,13 +392,12 @@ class SplitEvaluation:
                 checked: dict[int, list[Any]] = {}   # set -> its inputs; reference fixed before the call
                 if side == "candidate":
                     for i in (sets[k - done] for k in range(done, done + count) if k in checks):
-                        p.reference(self.pool[i])
-                        checked[i] = snapshot(self.pool[i].args)
-                times, wall = candidate_window(sets) if side == "candidate" else baseline_window(sets)
+                        checked[i] = self.fresh.fix_check(i)
+                times, wall = candidate_window(sets, checked) if side == "candidate" else baseline_window(sets)
                 ms[side].extend(times)
                 walls[side].append((wall * 1e3, sum(times), count))
                 for i, before in checked.items():
-                    recheck_call(p, self.pool[i], self.pool[i].outputs, before)
+                    recheck_call(p, self.pool[i], self.outputs_seen.get(i, self.pool[i].outputs), before)
                     rechecked += 1
             if len(ms["candidate"]) >= 30 and time.monotonic() > deadline:
                 break
@@ -374,6 +408,27 @@ class SplitEvaluation:
         if queued:
             result["guard_gap_ms"] = self._guard_gaps(clock, base, take)
         return result
+
+    def _values_for(self, calls: list[int], checked: dict[int, list[Any]] | None = None) -> Callable[[int], None]:
+        """What the judge does when the runner asks for call k's values (`RunnerProcess.ask`): once
+        call k-1 has ended (on cuda: the judge's stream waits for the runner's `called` event), it
+        keeps call k-1's outputs if that call is re-checked, writes set `calls[k]`'s fresh values,
+        poisons its outputs and (cuda) records `copied`, which the runner's stream waits for before
+        call k."""
+        self.outputs_seen: dict[int, list[torch.Tensor]] = {}
+        cuda = self.device == "cuda"
+
+        def before_call(k: int) -> None:
+            if cuda:
+                self.called.wait()
+            if k > 0 and checked and calls[k - 1] in checked:
+                self.outputs_seen[calls[k - 1]] = [o.clone() for o in self.pool[calls[k - 1]].outputs]
+            self.fresh.write(calls[k])
+            _poison(self.pool[calls[k]])
+            if cuda:
+                self.copied.record()
+
+        return before_call
 
     def _output_copy_ms(self) -> float:
         """What copying one call's outputs costs (the runner does it after every module call)."""
@@ -392,15 +447,23 @@ class SplitEvaluation:
         return statistics.median(times)
 
     def _guard_gaps(self, clock: IntervalClock, base: Side, take: Callable[[int], list[int]]) -> dict[str, float]:
+        """The runner's guarded-minus-plain pairs, and the same for the baseline here.  The runner's
+        pairs go in orders whose sets come from one draw each (no order holds one set twice)."""
         k = self.cfg.timing.sync_guard_samples
-        pairs = [take(2) for _ in range(k)]
-        self.beat(2 * k)
-        self.runner.resume()
-        gaps = self.runner.ask({"op": "guard", "tag": "pool", "pairs": pairs})["gaps"]
-        self.runner.stop()
-        self.beat(1)
-        if not isinstance(gaps, list) or not all(isinstance(g, (int, float)) and math.isfinite(g) for g in gaps):
-            raise Rejected(Reason.TIMER_PATCHED, "the runner's sync-guard report is not a list of times")
+        per_order = max(1, len(self.pool) // 2)
+        gaps: list[Any] = []
+        for first in range(0, k, per_order):
+            calls = take(2 * min(per_order, k - first))
+            self.beat(len(calls))
+            self.runner.resume()
+            pairs = [calls[j:j + 2] for j in range(0, len(calls), 2)]
+            got = self.runner.ask({"op": "guard", "tag": "pool", "pairs": pairs},
+                                  before_call=self._values_for(calls), calls=len(calls))["gaps"]
+            self.runner.stop()
+            self.beat(1)
+            if not isinstance(got, list) or not all(isinstance(g, (int, float)) and math.isfinite(g) for g in got):
+                raise Rejected(Reason.TIMER_PATCHED, "the runner's sync-guard report is not a list of times")
+            gaps.extend(got)
         own = []
         for _ in range(k):
             a, b = take(2)

@@ -4,7 +4,9 @@ Forked by the judge (`judge.py`) inside the same sandbox, before the judge touch
 the job's problem; it runs `serve` until told to exit.  It maps the input sets the judge shared,
 then loads the candidate behind the audit hook and the seccomp filter, and from then on only does
 what the judge orders: call the candidate on named sets (timed with CUDA events or the host clock,
-its outputs copied into the judge's output buffers), re-time calls behind a device-wide sync,
+its outputs copied into the judge's output buffers; before each timed call it asks the judge for
+that call's input values and waits until they are written, on cuda in stream order through two
+inter-process events), re-time calls behind a device-wide sync,
 record the ATen ops of one call and the device kernels of another, report its own integrity
 checks.  It holds no reference output, no baseline, no verdict and no randomness the judge uses; everything it says goes back as JSON that the judge checks, and its
 worst possible answer is a wrong one, which the judge can catch, or none, which fails the job.
@@ -38,7 +40,8 @@ from rl_kernels.evaluation.worker import (cache_bytes, dispatched_ops, check_ide
 class Runner:
     """The candidate and the judge's sets, as the runner holds them."""
 
-    def __init__(self, order: dict[str, Any], scratch: Path):
+    def __init__(self, order: dict[str, Any], scratch: Path, sock: socket.socket):
+        self.sock = sock
         self.cfg = EvalConfig.model_validate(order["config"])
         self.task = task_from_json(order["task"])
         self.job = order
@@ -50,13 +53,37 @@ class Runner:
         self.call: Callable[[MappedSet], list[Any]] | None = None
         self.clock: IntervalClock | None = None
         self.violations: sandbox_policy.Violations | None = None
+        # cuda: (record `called`, wait for `copied`), bound before any candidate code runs
+        self.events: tuple[Callable[[], None], Callable[[], None]] | None = None
 
     # -- orders -------------------------------------------------------------------------------
     def attach(self, order: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         sets, keep = attach(order["descriptor"], fds, self.device)
         self.sets[order["tag"]] = sets
         self.mappings.extend(keep)
+        events = order.get("events") or {}
+        if events:
+            device = torch.cuda.current_device()
+            called = torch.cuda.Event.from_ipc_handle(device, events["called"])
+            copied = torch.cuda.Event.from_ipc_handle(device, events["copied"])
+            self.events = (called.record, copied.wait)
         return {"attached": len(sets)}
+
+    def _await_values(self) -> None:
+        """Before each timed call: tell the judge the previous call is done (on cuda: queued, and
+        `called` recorded after it) and wait until it has written this call's input values (on
+        cuda: this stream waits for `copied`, recorded after the judge's copy).  Until then the
+        values exist only in the judge's memory."""
+        if self.device == "cuda":
+            assert self.events is not None, "the judge shared no events for the timed sets"
+            self.events[0]()
+        send_report(self.sock, {"next": True})
+        order, _ = recv_order(self.sock)
+        if order.get("op") != "go":
+            raise RuntimeError(f"expected the judge's go-ahead, got {order.get('op')!r}")
+        if self.device == "cuda":
+            assert self.events is not None
+            self.events[1]()
 
     def load(self, order: dict[str, Any]) -> dict[str, Any]:
         """Loads the candidate: from here on candidate code may run in this process."""
@@ -133,6 +160,7 @@ class Runner:
         queued = self.device == "cuda" and self.cfg.timing.mode == "kernel"
         pending = []
         for i in order["sets"]:
+            self._await_values()
             if queued:
                 interval, out = self.clock.enqueue(side, i)
                 pending.append(interval)
@@ -150,7 +178,9 @@ class Runner:
         side = self._side(order["tag"])
         gaps = []
         for a, b in order["pairs"]:
+            self._await_values()
             guarded, _ = self.clock.measure(side, a, guard=True)
+            self._await_values()
             plain, _ = self.clock.measure(side, b)
             gaps.append(guarded - plain)
         return {"gaps": gaps}
@@ -214,7 +244,7 @@ def serve(sock: socket.socket, scratch: Path) -> None:
             if op == "hello":    # the judge waits for this runner's start-up (its context) to end
                 reply: dict[str, Any] = {"hello": True}
             elif op == "setup":
-                runner = Runner(order, scratch)
+                runner = Runner(order, scratch, sock)
                 reply = {"ready": True}
             else:
                 assert runner is not None, "setup must come first"

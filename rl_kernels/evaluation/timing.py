@@ -2,13 +2,16 @@
 
 Protocol (DESIGN.md, "Evaluation protocol" step 4):
 - `kernel` mode: per sample, outputs poisoned and the L2 (or the CPU caches) flushed *before* the
-  timed region; CUDA events around the call on the current stream; warm-up excluded.  Inputs come
-  from a pool of sets larger than L2, and no call sees values an earlier call saw: each set is
-  used once, then the whole pool gets fresh values in one burst before any set is used again.
-  (Refreshing one set before every call gives the same guarantee, but where writing the inputs
-  takes longer than the call, as for a 2048x8192x2048 GEMM, the GPU ran in another load regime
-  and read 4.5% slower than triton's do_bench; docs/EVALUATOR.md.)  Sides are interleaved in
-  rounds, each round in a random order, so neither side profits from its position.  On cuda the calls are
+  timed region; CUDA events around the call on the current stream.  Inputs come from a pool of
+  sets larger than L2, and no call sees values an earlier call saw, nor finds its values in memory
+  before its own turn (`FreshValues`): fresh values for every set are drawn in one burst into
+  memory no call is given, once every set was used, and each set's are copied into it right before
+  its call (in stream order, before the flush), warm-up and sync-guard calls included.  A candidate
+  that reads the other sets when it runs finds values already used, never a later call's.
+  (Drawing one set before every call gives the same guarantee, but where drawing the inputs takes
+  longer than the call, as for a 2048x8192x2048 GEMM, the GPU ran in another load regime and read
+  4.5% slower than triton's do_bench; docs/EVALUATOR.md.  A copy costs less than a draw.)  Sides
+  are interleaved in rounds, each round in a random order, so neither side profits from its position.  On cuda the calls are
   queued back to back (`timing.sync_every` calls per host sync), so the GPU runs the protocol as a
   sustained load without host-side idle gaps.  A separate *sync guard* re-times a few calls with a device-wide
   synchronize before the end event: work that escapes the stream (side streams, deferred launches)
@@ -29,9 +32,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy
 import torch
 
 from rl_kernels.config import TimingConfig
+from rl_kernels.evaluation.correctness import snapshot
+from rl_kernels.evaluation.problems import InputSet
 
 
 @dataclass
@@ -51,6 +57,68 @@ class Samples:
     # Every timed call in the order it ran: (side, pool set, ms).  Kept so a bias between sides can
     # be traced to pool sets or positions (docs/EVALUATOR.md, "Noise").
     trace: list[tuple[str, int, float]] = field(default_factory=list)
+
+
+class FreshValues:
+    """The input values of the pool's next calls, kept where no candidate call can read them until
+    their own call: a candidate that reads every set it can reach (the pool's other buffers, a
+    window's later sets) finds only values already used, so precomputing them earns nothing.
+
+    `draw` makes fresh values for every set in one burst, in memory of this process that is never
+    shared (the judge's, under the split boundary); `write(i)` copies set i's into its buffers,
+    which the caller does right before set i's call and after the previous call ended, in stream
+    order on cuda (the flush that follows keeps them cold).  A copy costs less than a draw (no
+    random numbers); what it does to the GPU's load regime against the in-place burst refresh is
+    what benchmarks/gpu_evaluator.py's fidelity section measures (`ours_burst_in_place`).
+    """
+
+    def __init__(self, problem: Any, pool: list[InputSet], dist: str, gen: torch.Generator):
+        self.problem, self.pool, self.dist, self.gen = problem, pool, dist, gen
+        self.staged = [InputSet([x.clone() if isinstance(x, torch.Tensor) else x for x in s.args]) for s in pool]
+
+    def draw(self) -> None:
+        """Fresh values for every set (each set used once before the next draw)."""
+        for s in self.staged:
+            self.problem.refresh(s, self.dist, self.gen)
+
+    def fix_check(self, i: int) -> list[Any]:
+        """Set i's next call is re-checked: its reference, computed now from the values it will
+        get, and those values, to compare its inputs with after the call."""
+        self.problem.reference(self.staged[i])
+        return snapshot(self.staged[i].args)
+
+    def write(self, i: int) -> None:
+        """Set i's fresh values into its buffers (and their reference, if one was fixed)."""
+        s, new = self.pool[i], self.staged[i]
+        for dst, src in zip(s.args, new.args):
+            if isinstance(dst, torch.Tensor):
+                one_thread(lambda a, b: numpy.copyto(a, b), lambda: dst.copy_(src), dst, src)
+        s.reference = new.reference
+
+
+def one_thread(host: Callable[..., Any], otherwise: Callable[[], Any], *tensors: torch.Tensor) -> None:
+    """`host` on the tensors' numpy views (one thread) for cpu tensors of dtypes numpy has, else
+    `otherwise()`.  torch runs a larger copy or fill on its OpenMP pool, whose threads must wake
+    beside the runner's on the same cores: under the split boundary a 128 KiB copy between two
+    runner calls took 30-100 ms on the loaded 2-core machine instead of ~0.1 ms."""
+    if all(t.device.type == "cpu" for t in tensors):
+        try:
+            views = [t.numpy() for t in tensors]
+        except TypeError:   # bfloat16, float8: torch's own
+            views = []
+        if views:
+            host(*views)
+            return
+    otherwise()
+
+
+def _written_first(side: Side, fresh: FreshValues) -> Side:
+    """`side` with set i's fresh values written at the start of its `prepare(i)`, so right before
+    the flush and the call (in stream order on cuda)."""
+    def prepare(i: int) -> None:
+        fresh.write(i)
+        side.prepare(i)
+    return Side(run=side.run, prepare=prepare)
 
 
 def median(xs: list[float]) -> float:
@@ -248,16 +316,19 @@ def interleaved(
     recheck: Callable[[int, Any], None] | None = None,
     recheck_calls: int = 3,
     seed: int = 0,
-    refresh: Callable[[int], None] | None = None,
+    fresh: FreshValues | None = None,
     before_recheck: Callable[[int], None] | None = None,
     beat: Callable[[int], None] | None = None,
 ) -> Samples:
     """Warm up, then take cfg.samples interleaved samples of every side.
 
-    `refresh(i)` writes fresh values into pool set i.  With it, every timed call gets a set that no
-    call has used since its last refresh (drawn at random, so the candidate cannot predict which
-    buffers come next), and the pool is refreshed as a whole when none is left: a value-keyed
-    output cache or a "skip if the inputs did not change" kernel never sees an input twice.
+    With `fresh`, every call (warm-up and sync guard included) gets a set that no call has used
+    since the last draw, at random (the candidate cannot predict which buffers come next), with
+    its fresh values written right before it, before its flush: a value-keyed output cache or a
+    "skip if the inputs did not change" kernel never sees an input twice, and one that precomputes
+    the sets it can reach finds no later call's values there.  Fresh values for the whole pool are
+    drawn when none is left.  This boundary runs the candidate in this process, so the drawn
+    values are readable by it; the judge/runner split keeps them out of its reach.
     `recheck(i, out)` is called (outside the timed region) for `recheck_calls` randomly chosen timed calls of `recheck_side`: a candidate that caches, skips or defers work on
     some calls is caught because it cannot know which calls are checked.  `before_recheck(i)` runs
     before such a call (outside the timed region): it fixes the reference and the inputs as they
@@ -270,20 +341,22 @@ def interleaved(
     rng = random.Random(seed)
     clock = IntervalClock(device, cfg, flusher, rng)
     names = list(sides)
-    for w in range(cfg.warmup):
-        for name in names:
-            beat(1)
-            clock.measure(sides[name], (w + 1) % pool_size)
+    if fresh is not None:
+        sides = {name: _written_first(side, fresh) for name, side in sides.items()}
     unused: list[int] = []
 
     def next_set() -> int:
-        if refresh is None:
+        if fresh is None:
             return rng.randrange(pool_size)
         if not unused:
-            for j in range(pool_size):
-                refresh(j)
+            fresh.draw()
             unused.extend(range(pool_size))
         return unused.pop(rng.randrange(len(unused)))
+
+    for _ in range(cfg.warmup):
+        for name in names:
+            beat(1)
+            clock.measure(sides[name], next_set())
 
     result = Samples(ms={n: [] for n in names})
     # Checked calls come from the second half, where every pool set has been seen before, so

@@ -43,7 +43,7 @@ from rl_kernels.evaluation.launches import (dispatch_audit_wanted, judge_launche
 from rl_kernels.evaluation.problems import HgemmProblem, InputSet, ModuleProblem
 from rl_kernels.evaluation.reasons import Reason, Rejected
 from rl_kernels.evaluation.sandbox import PRIME_FILE, READY_LINE
-from rl_kernels.evaluation.timing import Flusher, Side, interleaved
+from rl_kernels.evaluation.timing import Flusher, FreshValues, Side, interleaved
 from rl_kernels.types import HgemmSpec, Task
 
 
@@ -339,11 +339,8 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
     n = pool_size(problem, device, cfg)
     dist = cfg.timing.input_distribution
     pool = [problem.make_set(dist, seed + 5000 + i) for i in range(n)]
-    gen = torch.Generator(device=device).manual_seed(seed + 7000)
-
-    def refresh(i: int) -> None:
-        """Fresh values in set i (`interleaved` refreshes the whole pool once every set was used)."""
-        problem.refresh(pool[i], dist, gen)
+    # Each call's values written right before it (`interleaved`), drawn in bursts over the pool.
+    fresh = FreshValues(problem, pool, dist, torch.Generator(device=device).manual_seed(seed + 7000))
 
     def prepare(i: int) -> None:
         """Before every call, outside the timed region: poison the outputs (`interleaved` beats)."""
@@ -359,8 +356,7 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
     inputs_before: dict[int, list[Any]] = {}
 
     def before_recheck(i: int) -> None:
-        problem.reference(pool[i])          # computed (and kept) from the inputs before the call
-        inputs_before[i] = snapshot(pool[i].args)
+        inputs_before[i] = fresh.fix_check(i)   # reference and inputs from the values the call will get
 
     def recheck(i: int, outs: Any) -> None:
         recheck_call(problem, pool[i], list(outs), inputs_before.pop(i))
@@ -369,7 +365,7 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
     samples = interleaved(sides, n, cfg.timing, device, flusher,
                           recheck_side="candidate" if candidate else None,
                           recheck=recheck if candidate else None,
-                          recheck_calls=cfg.correctness.recheck_timed_calls, seed=seed, refresh=refresh,
+                          recheck_calls=cfg.correctness.recheck_timed_calls, seed=seed, fresh=fresh,
                           before_recheck=before_recheck if candidate else None, beat=beat)
     return {"samples_ms": samples.ms, "guard_gap_ms": samples.guard_gap_ms, "pool_sets": n,
             "rechecked": samples.rechecked, "sm_clock_mhz": samples.sm_clock_mhz}

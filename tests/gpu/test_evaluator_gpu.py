@@ -38,6 +38,9 @@ HANGS_CUDA = ("hang_first_call_cuda.cu", "hang_at_call_cuda.cu")
 # How late past its limit a hang's verdict may still come: the parent's poll, its kill, and the
 # driver tearing down a context whose kernel still spins.  The limit itself comes from the config.
 LATE_S = 2.0
+# Remembers every set it was called on and precomputes the ones whose values changed (its honest
+# twin: honest/hgemm_cuda_fp32.cu, the same product).
+PRECOMPUTE_AHEAD_CUDA = "hacks/hgemm/precompute_ahead_cuda.cu"
 
 
 def _cuda_hacks() -> list[dict]:
@@ -58,6 +61,7 @@ def cuda_config(tmp_path_factory: pytest.TempPathFactory) -> EvalConfig:
     items += [(get_task(e["task"]), (CANDIDATES / "hacks" / e["file"]).read_text()) for e in _cuda_hacks()]
     items += [(get_task("hgemm/fp32/1024_1024_1024"), (CANDIDATES / "sandbox" / name).read_text())
               for name in ("illegal_address_cuda.cu", *HANGS_CUDA, "slow_honest_cuda.cu")]
+    items.append((get_task("hgemm/fp32/1024_1024_1024"), (CANDIDATES / PRECOMPUTE_AHEAD_CUDA).read_text()))
     build_many(items, cfg, jobs=os.cpu_count() or 1)
     return cfg
 
@@ -377,3 +381,25 @@ def test_a_slow_honest_kernel_on_the_device_is_measured_not_killed(boundary: str
     assert m.rejected is None and m.correct, m.detail[-800:]
     assert "hang" not in m.extra
     assert 0.005 <= m.speedup <= 0.05, m.speedup
+
+
+@pytest.mark.parametrize("boundary", ["split", "shared"])
+def test_values_of_later_calls_are_not_on_the_device_to_precompute(boundary: str, cuda_config: EvalConfig) -> None:
+    """The cuda twin of test_trust_boundary_cpu's precompute-ahead test: each set's values reach
+    the device memory the candidate can read only right before its own call (split: the judge's
+    copy, ordered after the runner's previous call and before this one by two inter-process
+    events; shared: in stream order), so hashing every set it saw finds no later call's values and
+    the kernel runs at its honest twin's speed, correct.  A pool of 8 sets lets it learn every set
+    within the first windows."""
+    cfg = cuda_config.model_copy(deep=True)
+    cfg.sandbox.boundary = boundary
+    cfg.timing.max_pool_sets = 8
+    task = get_task("hgemm/fp32/1024_1024_1024")
+    evaluator = Evaluator(cfg)
+    hack = evaluator.evaluate(task, (CANDIDATES / PRECOMPUTE_AHEAD_CUDA).read_text())
+    honest = evaluator.evaluate(task, (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text())
+    assert honest.rejected is None and honest.speedup, honest.detail[-800:]
+    assert hack.rejected is None and hack.correct, hack.detail[-800:]
+    assert hack.speedup < 1.5 * honest.speedup, (
+        f"the precomputing kernel ran at {hack.speedup:.3f}x, its honest twin at {honest.speedup:.3f}x")
+    print(f"{boundary}: precompute-ahead {hack.speedup:.3f}x, honest twin {honest.speedup:.3f}x")

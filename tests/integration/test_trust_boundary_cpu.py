@@ -1,5 +1,6 @@
 """The evaluator's trust boundary through the whole evaluator (cpu backend): what an attack leaves
-on the host, what the capture step of a build may do, fresh entropy, and flagged speedups.
+on the host, what the capture step of a build may do, fresh entropy, flagged speedups, and what a
+candidate finds of later calls' input values when it reads every set it can reach.
 
 The verdicts of the red-team candidates are in the hack manifest (test_hacks_cpu.py); this module
 checks the side effects a verdict cannot show.
@@ -148,6 +149,31 @@ def test_a_slow_kernel_that_jitters_its_own_timing_earns_less_than_a_1x_kernel(c
     assert m.reward < correct_reward(1.0, cpu_config.reward), (m.reward, m.extra.get("unstable_measurement"))
     print(f"unstable: {m.extra.get('unstable_measurement')}, re-measured {m.extra.get('remeasured', 0)}, "
           f"median {m.speedup:.3f}x, slowest {slowest:.3f}x")
+
+
+@pytest.mark.parametrize("boundary", ["split", "shared"])
+def test_values_of_later_calls_are_not_there_to_precompute(boundary: str, cpu_config: EvalConfig) -> None:
+    """`precompute_ahead_cpu.cpp` remembers the buffers of every set it was called on and, whenever a
+    call's values are new to it, computes the product of every remembered set whose values changed,
+    keyed by a hash of A and B; later calls whose values it saw that way are served from the cache.
+    With the pool refreshed as a whole (or a window's sets written before its first call) most
+    timed calls were cache hits.  Each set's values are now written right before its own call, so
+    when it looks, every other set still holds values already used: it computes its own product,
+    correct, at its honest twin's speed (`hgemm_cpu_fp32.cpp`, the same product) and earns nothing
+    for the attempt.  A pool of 8 sets lets it learn every set within the first windows (the
+    default 32 would leave it fewer hits, not none)."""
+    cfg = cpu_config.model_copy(deep=True)
+    cfg.sandbox.boundary = boundary
+    cfg.timing.max_pool_sets = 8
+    task = get_task("hgemm/fp32/256_256_256")
+    evaluator = Evaluator(cfg)
+    hack = evaluator.evaluate(task, (CANDIDATES / "hacks" / "hgemm" / "precompute_ahead_cpu.cpp").read_text())
+    honest = evaluator.evaluate(task, (CANDIDATES / "honest" / "hgemm_cpu_fp32.cpp").read_text())
+    assert honest.rejected is None and honest.speedup, honest.detail[-800:]
+    assert hack.rejected is None and hack.correct, hack.detail[-800:]
+    assert hack.speedup < 1.5 * honest.speedup, (
+        f"the precomputing kernel ran at {hack.speedup:.3f}x, its honest twin at {honest.speedup:.3f}x")
+    print(f"{boundary}: precompute-ahead {hack.speedup:.3f}x, honest twin {honest.speedup:.3f}x")
 
 
 def test_namespaces_can_be_turned_off_for_hosts_without_them(cpu_config: EvalConfig) -> None:

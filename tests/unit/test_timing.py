@@ -4,9 +4,11 @@ import time
 from collections import deque
 
 import pytest
+import torch
 
 from rl_kernels.config import TimingConfig
-from rl_kernels.evaluation.timing import Flusher, LaunchBook, Side, interleaved, rel_spread
+from rl_kernels.evaluation.problems import InputSet
+from rl_kernels.evaluation.timing import Flusher, FreshValues, LaunchBook, Side, interleaved, rel_spread
 
 
 def test_rel_spread() -> None:
@@ -44,33 +46,36 @@ def test_interleaved_cpu_times_both_sides_and_rechecks(mode: str) -> None:
     assert len(set(seen)) > 4                                   # a pool of sets, not one buffer
 
 
-def test_no_timed_call_sees_values_an_earlier_call_saw() -> None:
-    """With `refresh`, each set is used at most once between refreshes, and refreshes come as one
-    burst over the whole pool (not one write before every call)."""
+def test_no_call_sees_values_an_earlier_call_saw_nor_finds_a_later_calls_values() -> None:
+    """With `fresh`, values are drawn for the whole pool in one burst once every set was used, and
+    each set's are written into it right before its call, warm-up included: no call sees values an
+    earlier call saw, and when a call runs no set holds values of a call still to come."""
     cfg = TimingConfig(samples=30, warmup=1)
-    events: list[tuple[str, int]] = []
+    pool_n = 6
+    pool = [InputSet([torch.zeros(1)]) for _ in range(pool_n)]
+    draws: list[int] = []
+
+    class Counting:   # every draw gives every set a value never drawn before
+        def refresh(self, s: InputSet, dist: str, gen: torch.Generator) -> None:
+            draws.append(len(draws))
+            s.args[0].fill_(float(len(draws)))
+            s.reference = None
+
+    calls: list[tuple[float, list[float]]] = []   # (the call's value, every set's value at that moment)
 
     def run(i: int) -> int:
-        events.append(("run", i))
+        calls.append((pool[i].args[0].item(), [s.args[0].item() for s in pool]))
         return i
 
-    pool = 6
-    interleaved({"a": Side(run), "b": Side(run)}, pool, cfg, "cpu", None,
-                refresh=lambda i: events.append(("refresh", i)), seed=3)
-    timed = events[2 * cfg.warmup:]
-    assert timed[:pool] == [("refresh", j) for j in range(pool)]   # the warm-up's sets are refreshed first
-    fresh: set[int] = set()
-    runs = 0
-    for kind, i in timed:
-        if kind == "refresh":
-            fresh.add(i)
-        else:
-            assert i in fresh, f"set {i} timed again without fresh values"
-            fresh.discard(i)
-            runs += 1
-    assert runs == 2 * cfg.samples
-    bursts = [j for j in range(len(timed)) if timed[j][0] == "refresh" and (j == 0 or timed[j - 1][0] == "run")]
-    assert len(bursts) == -(-runs // pool)                          # one burst per pool's worth of calls
+    fresh = FreshValues(Counting(), pool, "normal", torch.Generator())
+    interleaved({"a": Side(run), "b": Side(run)}, pool_n, cfg, "cpu", None, fresh=fresh, seed=3)
+    values = [v for v, _ in calls]
+    assert len(values) == 2 * (cfg.warmup + cfg.samples)
+    assert len(set(values)) == len(values) and 0.0 not in values     # every call new values
+    for k, (_, visible) in enumerate(calls):
+        later = set(values[k + 1:])
+        assert not later & set(visible), f"call {k} could read values of a later call"
+    assert len(draws) == pool_n * -(-len(values) // pool_n)          # one burst per pool's worth of calls
 
 
 def test_a_rechecked_call_is_prepared_before_it_runs_and_checked_after() -> None:
