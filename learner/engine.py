@@ -139,21 +139,81 @@ def _engine(model: Any, cfg: LearnerConfig, lr_lambda: Any, device: torch.device
     return PolicyEngine(model, engine, scheduler, pad_id, sum(p.numel() for p in params), cfg.zero_stage)
 
 
-def token_logprobs(pe: PolicyEngine, mb: MicroBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+LOGIT_ROWS = 256
+"""Completion tokens whose full-vocabulary logits exist at once in `token_logprobs` (forward and
+backward): SmolLM2's 49152-word vocabulary costs 0.2 MB a token in fp32, so 256 rows are 50 MB,
+where two 1200-token completions' logits and their softmax copies took gigabytes."""
+
+
+def token_logprobs(pe: PolicyEngine, mb: MicroBatch, temperature: float,
+                   rows_per_chunk: int = LOGIT_ROWS) -> tuple[torch.Tensor, torch.Tensor]:
     """Completion-token logprobs [b, T] (at `temperature`, as the generator sampled) and the per-token
-    entropy of that distribution [b, T]. Only logits from the first completion position on are
-    materialised (`logits_to_keep`): prompts are most of each row."""
-    width = mb.input_ids.size(1)
+    entropy of that distribution [b, T], 0 on padding.
+
+    The model runs without its output head on the sequence: the head's input (the final hidden
+    states) is captured, and the head, softmax and gather run over `rows_per_chunk` completion
+    tokens at a time, each chunk recomputed in the backward pass instead of kept (activation
+    checkpointing of the head). Memory for logits is then [rows_per_chunk, V] instead of several
+    [b, T, V] copies, for one more head matmul per token in the backward; the values are the
+    full-logit computation's (tests/unit/test_token_logprobs.py)."""
     first = int(mb.positions[:, 0].min())
-    out = pe.engine(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
-                    logits_to_keep=width - first, use_cache=False)
-    logits = out.logits                                                        # [b, width-first, V]
+    hidden = _final_hidden(pe, mb, mb.input_ids.size(1) - first)               # [b, width-first, H]
     idx = (mb.positions - first).clamp(min=0)                                  # [b, T]
-    picked = logits.gather(1, idx[:, :, None].expand(-1, -1, logits.size(-1)))  # [b, T, V]
-    logp = torch.log_softmax(picked.float() / temperature, dim=-1)
-    token_logp = logp.gather(-1, mb.targets[:, :, None])[..., 0] * mb.mask      # [b, T]
-    entropy = -(logp.exp() * logp).sum(-1) * mb.mask                           # [b, T]
-    return token_logp, entropy
+    counted = mb.mask.bool()                                                   # [b, T]
+    rows = hidden.gather(1, idx[:, :, None].expand(-1, -1, hidden.size(-1)))[counted]   # [N, H]
+    targets = mb.targets[counted]                                              # [N]
+    head = pe.model.get_output_embeddings()
+    chunks = [_chunk_logprobs(head, rows[s:s + rows_per_chunk], targets[s:s + rows_per_chunk], temperature)
+              for s in range(0, max(rows.size(0), 1), rows_per_chunk)]   # one chunk even when empty: a graph
+    logp = torch.cat([c[0] for c in chunks])                                   # [N]
+    entropy = torch.cat([c[1] for c in chunks])                                # [N]
+    zeros = torch.zeros(mb.mask.shape, dtype=logp.dtype, device=logp.device)   # [b, T]
+    return zeros.masked_scatter(counted, logp), zeros.masked_scatter(counted, entropy.detach())
+
+
+def _final_hidden(pe: PolicyEngine, mb: MicroBatch, keep: int) -> torch.Tensor:
+    """The output head's input over the last `keep` positions [b, keep, H], from a forward through
+    the engine whose head sees one position only. A model that changes its logits after the head
+    (a soft cap, a scale) would make the chunked logprobs wrong: refused, by comparing that one
+    position's logits with the head's."""
+    head = pe.model.get_output_embeddings()
+    captured: list[torch.Tensor] = []
+
+    def one_position(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        captured.append(args[0])
+        return (args[0][:, -1:], *args[1:])
+
+    handle = head.register_forward_pre_hook(one_position)
+    try:
+        out = pe.engine(input_ids=mb.input_ids, attention_mask=mb.attention_mask, logits_to_keep=keep,
+                        use_cache=False)
+    finally:
+        handle.remove()
+    if len(captured) != 1:
+        raise ValueError(f"the model called its output head {len(captured)} times in one forward; "
+                         "token_logprobs needs the head's input once")
+    hidden = captured[0]
+    with torch.no_grad():
+        if not torch.equal(out.logits[:, -1], head(hidden[:, -1:])[:, -1]):
+            raise ValueError("the model's logits are not its output head's: token_logprobs cannot chunk them")
+    return hidden
+
+
+def _chunk_logprobs(head: Any, rows: torch.Tensor, targets: torch.Tensor,
+                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logprob of each target [n], entropy [n]) from `rows` [n, H]; under autograd the [n, V]
+    logits are recomputed in the backward pass rather than kept."""
+    def compute(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logp = torch.log_softmax(head(rows).float() / temperature, dim=-1)   # [n, V]
+        return logp.gather(-1, targets[:, None])[:, 0], -(logp.exp() * logp).sum(-1)
+    if not torch.is_grad_enabled():
+        return compute(rows)
+    from torch.utils.checkpoint import checkpoint
+
+    # Non-reentrant, so every chunk's gradient for the head's weight (the embedding's, when tied)
+    # joins the one backward pass: ZeRO-2 reduces a weight's gradient once per step. Unchecked: under
+    # ZeRO-3 the recomputation sees the head's gathered weight where the forward saw its partition.
+    return checkpoint(compute, rows, use_reentrant=False, determinism_check="none")
 
 
 def grad_norm_then_step(pe: PolicyEngine) -> float:

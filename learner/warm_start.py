@@ -174,6 +174,9 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
 
     checked: Verification = verify(loaded.items, evaluator, cfg.sft.jobs or len(os.sched_getaffinity(0)), verified,
                                    on_built)
+    # Its fork server and the worker started ahead for a next job held ~1.2 GB beside the training
+    # process (docs/MAKE_RUN.md); sampling after training starts an evaluator of its own.
+    evaluator.close()
     if not checked.kept:
         raise ConfigError(f"no kernel passed verification ({checked.counts()}); nothing to warm-start on")
     train, held = _split(cfg, _examples(cfg, checked.kept))
@@ -211,6 +214,10 @@ def run_warm_start(cfg: Config, progress: Callable[[str], None]) -> dict[str, An
         output.name: str(output),
     }
     if cfg.sft.sample_after:
-        report["samples"] = _sample_and_evaluate(cfg, output, train, evaluator, progress)
+        sampling = Evaluator(cfg.eval)
+        try:
+            report["samples"] = _sample_and_evaluate(cfg, output, train, sampling, progress)
+        finally:
+            sampling.close()
     (out / REPORT).write_text(json.dumps(report, indent=1))
     return report

@@ -222,15 +222,17 @@ class HFPolicy:
     def _sample(
         self, rows: list[list[int]], params: SamplingParams, version: int, use: SharedUse
     ) -> list[Completion]:
-        """One left-padded batch through `generate`.  Memory holds the scores of every step
-        (rows x new tokens x vocab floats), which `batch_size` bounds.  After every token a waiting
-        timer gets the host (`use`)."""
+        """One left-padded batch through `generate`.  Each sampled token's logprob is taken from its
+        step's processed scores as soon as it is sampled, and those scores are freed: memory holds
+        rows x vocab floats of them, not rows x new tokens x vocab (0.9 GB for 4 x 1200 tokens of
+        SmolLM2's vocabulary).  After every token a waiting timer gets the host (`use`)."""
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):
             input_ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
             attention_mask[i, width - len(r) :] = 1
+        recorder = _SampledLogprobs()
         out = self._model.generate(
             input_ids=input_ids.to(self.device),
             attention_mask=attention_mask.to(self.device),
@@ -240,19 +242,14 @@ class HFPolicy:
             top_k=params.top_k,  # explicit: transformers' default top_k is 50, 0 disables it
             max_new_tokens=params.max_new_tokens,
             return_dict_in_generate=True,
-            output_scores=True,
-            stopping_criteria=StoppingCriteriaList([_YieldBetweenTokens(use)]),
+            output_scores=True,   # hands each step's scores to the criteria, which free them
+            stopping_criteria=StoppingCriteriaList([_YieldBetweenTokens(use), recorder]),
         )
         new_tokens = out.sequences[:, width:].cpu()
-        logprobs = torch.stack(
-            [
-                torch.log_softmax(step.float(), dim=-1)
-                .gather(-1, new_tokens[:, t, None].to(step.device))[:, 0]
-                .cpu()
-                for t, step in enumerate(out.scores)
-            ],
-            dim=1,
-        )
+        logprobs = torch.stack(recorder.logprobs, dim=1)   # [rows, new tokens]
+        if logprobs.shape != new_tokens.shape:
+            raise RuntimeError(f"generate sampled {tuple(new_tokens.shape)} tokens but reported scores for "
+                               f"{tuple(logprobs.shape)}: the behaviour logprobs would not match the tokens")
         return [
             self._completion(r, new_tokens[i].tolist(), logprobs[i].tolist(), version)
             for i, r in enumerate(rows)
@@ -283,6 +280,24 @@ class HFPolicy:
             finish_reason=finish,
             truncated=truncated,
         )
+
+
+class _SampledLogprobs(StoppingCriteria):
+    """Called by `generate` after every token with the scores kept so far (`output_scores`): the
+    logprob of the token each row just sampled, from that step's processed scores (temperature,
+    top-k and top-p applied, as the sampler drew from them), which it then frees. Never stops a row."""
+
+    def __init__(self) -> None:
+        self.logprobs: list[torch.Tensor] = []   # per step [rows], on the CPU
+
+    def __call__(self, input_ids: torch.LongTensor, scores: tuple[torch.FloatTensor, ...] | None, **kwargs: object
+                 ) -> torch.BoolTensor:
+        if not scores:
+            raise RuntimeError("generate passed no scores to its stopping criteria (output_scores is needed)")
+        step = scores[-1]                                                           # [rows, V]
+        self.logprobs.append(torch.log_softmax(step.float(), dim=-1).gather(-1, input_ids[:, -1:])[:, 0].cpu())
+        step.set_()   # generate keeps the tuple to the end; the step's [rows, V] floats are not read again
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 class _YieldBetweenTokens(StoppingCriteria):
