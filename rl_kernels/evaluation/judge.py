@@ -55,7 +55,7 @@ from rl_kernels.evaluation.shared import SharedSets, replicate, share
 from rl_kernels.evaluation.timing import Flusher, FreshValues, IntervalClock, Side, median, one_thread, sm_clock_mhz
 from rl_kernels.evaluation.launches import Launch, dispatch_audit_wanted, judge_launches, launch_evidence_wanted
 from rl_kernels.evaluation.worker import (Beat, cache_bytes, call_weight, check_correctness_call, check_fresh_values,
-                                          check_repeatable, own_kernels, pool_size, recheck_call,
+                                          check_pool_guards, check_repeatable, own_kernels, pool_size, recheck_call,
                                           refuse_torch_compute, sync, task_from_json)
 
 _PR_SET_DUMPABLE = 4
@@ -496,6 +496,7 @@ def run_split(job: dict[str, Any], problem: Any, cfg: EvalConfig, device: str, s
         result["launches"] = ev.launches(own_kernels(job))
     report.phase("timing")
     result.update(ev.timing())
+    check_pool_guards(problem, ev.pool)
     runner.resume()
     runner.ask({"op": "finish"})
     return result

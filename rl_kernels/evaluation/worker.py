@@ -219,6 +219,15 @@ def check_correctness_call(problem: Any, s: InputSet, outs: list[Any], inputs_be
     return cmp
 
 
+def check_pool_guards(problem: Any, pool: list[InputSet]) -> None:
+    """After the timing phase, every pool set's guards untouched.  Nothing rewrites a guard, so this
+    sees an out-of-bounds write by any timed call, warm-up and sync-guard calls included."""
+    for i, s in enumerate(pool):
+        if not problem.guards_intact(s):
+            raise Rejected(Reason.OUT_OF_BOUNDS_WRITE, f"a timed call on pool set {i} wrote next to its output or "
+                                                       "inputs (a guard region changed)")
+
+
 def recheck_call(problem: Any, s: InputSet, outs: list[Any], inputs_before: list[Any]) -> None:
     """A re-checked timed call: its inputs as they were before it, its outputs against the reference
     computed from those inputs (both taken before the call)."""
@@ -367,6 +376,8 @@ def timing(problem: Any, cfg: EvalConfig, device: str, seed: int, baseline: str 
                           recheck=recheck if candidate else None,
                           recheck_calls=cfg.correctness.recheck_timed_calls, seed=seed, fresh=fresh,
                           before_recheck=before_recheck if candidate else None, beat=beat)
+    if candidate:
+        check_pool_guards(problem, pool)
     return {"samples_ms": samples.ms, "guard_gap_ms": samples.guard_gap_ms, "pool_sets": n,
             "rechecked": samples.rechecked, "sm_clock_mhz": samples.sm_clock_mhz}
 
