@@ -400,6 +400,7 @@ def test_values_of_later_calls_are_not_on_the_device_to_precompute(boundary: str
     honest = evaluator.evaluate(task, (CANDIDATES / "honest" / "hgemm_cuda_fp32.cu").read_text())
     assert honest.rejected is None and honest.speedup, honest.detail[-800:]
     assert hack.rejected is None and hack.correct, hack.detail[-800:]
-    assert hack.speedup < 1.5 * honest.speedup, (
+    # Cache hits read ~100x; 3x leaves room for a loaded host's spread between the two evaluations.
+    assert hack.speedup < 3 * honest.speedup, (
         f"the precomputing kernel ran at {hack.speedup:.3f}x, its honest twin at {honest.speedup:.3f}x")
     print(f"{boundary}: precompute-ahead {hack.speedup:.3f}x, honest twin {honest.speedup:.3f}x")
