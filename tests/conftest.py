@@ -1,7 +1,8 @@
 """Test tiers: unit (no Ray), integration (real builds, cpu backend), gpu (skipped without CUDA).
 
-`slow` tests compile torch extensions (tens of seconds each on 2 cores); `make test` skips them,
-`--runslow` (`make test-all`) runs them.
+`slow` tests take tens of seconds or more each on 2 cores (torch-extension builds, the longest Ray
+jobs; each says why it may be left out); `make test` skips them so the default run stays under 20
+minutes, `--runslow` (`make test-all`) runs them.
 """
 
 from __future__ import annotations

@@ -72,6 +72,7 @@ def _run_dir(root: Path, model_dir: Path, cache_dir: Path) -> Path:
     return run
 
 
+@pytest.mark.slow   # ~100 s on 2 cores; the figures' statistics are unit-tested (test_comparison.py)
 def test_compare_samples_both_versions_alike_and_writes_the_figures(
         ray_cluster: Any, model_dir: Path, cache_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     run = _run_dir(tmp_path, model_dir, cache_dir)

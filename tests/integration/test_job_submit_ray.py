@@ -179,6 +179,7 @@ def test_a_bad_config_fails_the_job_with_the_error_in_its_logs(head: Head, tmp_p
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow   # ~90 s on 2 cores; resume is tested by test_train_ray, submission by this file's other tests
 def test_a_stopped_training_job_is_resumed_by_the_next(head: Head, model_dir: Path, cache_dir: Path,
                                                         tmp_path: Path) -> None:
     run = tmp_path / "run"

@@ -277,6 +277,7 @@ def test_rollout_survives_killed_compiler_and_timer(ray_cluster: Any, model_dir:
     assert rejected.count(COMPILER_FAILED) <= 1 and rejected.count(TIMER_FAILED) <= 1, rejected
 
 
+@pytest.mark.slow   # ~27 s on 2 cores; the same hold is tested on the actors (test_actors_ray)
 def test_rollout_backpressure_holds_the_producer(ray_cluster: Any, model_dir: Path, cache_dir: Path,
                                                  tmp_path: Path) -> None:
     """One slot (max_staleness 0, batch 1) and a generator much faster than the timer: the producer

@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import scale_sim  # noqa: E402
 
 
+@pytest.mark.slow   # ~32 s on 2 cores; the simulation's books are the benchmark's, run with it
 def test_eight_simulated_gpus_keep_the_books(tmp_path: Path) -> None:
     args = scale_sim.argparse.Namespace(time_scale=20.0, sim_minutes=4.0, gpus_per_node=4, overrides=[
         "cluster.simulate.build_s={median: 4.0, p90: 5.0}", "cluster.simulate.eval_s={median: 1.23, p90: 1.4}",
