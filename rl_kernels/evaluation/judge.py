@@ -353,14 +353,7 @@ class SplitEvaluation:
             """The runner's calls on `sets`, each given its values when the one before has ended;
             the outputs of the calls in `checked` are taken as they are when the runner asks for
             the next call's values (a call cannot finish its work later, once it saw them)."""
-            self.beat(len(sets))
-            self.runner.resume()
-            t0 = time.monotonic()
-            reply = self.runner.ask({"op": "run", "tag": "pool", "sets": sets, "timed": True},
-                                    before_call=self._values_for(sets, checked), calls=len(sets))
-            wall = time.monotonic() - t0
-            self.runner.stop()
-            self.beat(1)
+            reply, wall = self._timed_order({"op": "run", "tag": "pool", "sets": sets, "timed": True}, sets, checked)
             times = reply.get("ms")
             if (not isinstance(times, list) or len(times) != len(sets)
                     or not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in times)):
@@ -409,6 +402,20 @@ class SplitEvaluation:
             result["guard_gap_ms"] = self._guard_gaps(clock, base, take)
         return result
 
+    def _timed_order(self, order: dict[str, Any], calls: list[int],
+                     checked: dict[int, list[Any]] | None = None) -> tuple[dict[str, Any], float]:
+        """One order of timed candidate calls on the pool sets `calls`: the runner resumed for it and
+        stopped after, the watchdog told of the calls in flight, each call given its values when the
+        one before has ended (`_values_for`).  The reply and the wall seconds between resume and stop."""
+        self.beat(len(calls))
+        self.runner.resume()
+        t0 = time.monotonic()
+        reply = self.runner.ask(order, before_call=self._values_for(calls, checked), calls=len(calls))
+        wall = time.monotonic() - t0
+        self.runner.stop()
+        self.beat(1)
+        return reply, wall
+
     def _values_for(self, calls: list[int], checked: dict[int, list[Any]] | None = None) -> Callable[[int], None]:
         """What the judge does when the runner asks for call k's values (`RunnerProcess.ask`): once
         call k-1 has ended (on cuda: the judge's stream waits for the runner's `called` event), it
@@ -454,13 +461,8 @@ class SplitEvaluation:
         gaps: list[Any] = []
         for first in range(0, k, per_order):
             calls = take(2 * min(per_order, k - first))
-            self.beat(len(calls))
-            self.runner.resume()
             pairs = [calls[j:j + 2] for j in range(0, len(calls), 2)]
-            got = self.runner.ask({"op": "guard", "tag": "pool", "pairs": pairs},
-                                  before_call=self._values_for(calls), calls=len(calls))["gaps"]
-            self.runner.stop()
-            self.beat(1)
+            got = self._timed_order({"op": "guard", "tag": "pool", "pairs": pairs}, calls)[0]["gaps"]
             if not isinstance(got, list) or not all(isinstance(g, (int, float)) and math.isfinite(g) for g in got):
                 raise Rejected(Reason.TIMER_PATCHED, "the runner's sync-guard report is not a list of times")
             gaps.extend(got)
